@@ -1,0 +1,29 @@
+# make demo: quick-start study (digits, Keras, Dask) in a fresh virtual environment.
+# make test: the whole test suite.
+# Only Python 3.11+, pip and apt are assumed; everything else installs here.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export TF_ENABLE_ONEDNN_OPTS ?= 0
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[keras,test]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) hpo_main.py search_spaces/digits_quick.json --runs-dir runs
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf runs test-artifacts .pytest_cache

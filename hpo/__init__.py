@@ -1,0 +1,21 @@
+"""hpo: task-based hyperparameter optimisation for HPC clusters.
+
+A JSON search space becomes trial tasks run by COMPSs or Dask, with every
+report stored durably in an Optuna storage.
+
+>>> import hpo
+>>> result = hpo.run("search_spaces/digits_quick.json")   # doctest: +SKIP
+>>> print(result.table())                                  # doctest: +SKIP
+"""
+
+from hpo.api import run
+from hpo.errors import EngineError, SpaceError, UsageError
+from hpo.results import StudyResult, TrialRecord
+from hpo.space import StudySpec, load_spec, parse_spec
+from hpo.trial import Trial, TrialState
+
+__all__ = [
+    "run", "Trial", "TrialState", "StudyResult", "TrialRecord", "StudySpec",
+    "load_spec", "parse_spec", "UsageError", "SpaceError", "EngineError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,97 @@
+"""``hpo.run``: one call runs a whole study, from a script or a notebook."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from hpo.control import Controller
+from hpo.engines import make_engine
+from hpo.results import StudyResult
+from hpo.space import StudySpec, load_spec, parse_spec
+from hpo.store import RunDir
+from hpo.trial._objective import Objective, reference_of, resolve_objective
+
+__all__ = ["run", "prepare"]
+
+
+def prepare(space: str | os.PathLike | dict | StudySpec, **overrides: Any) -> StudySpec:
+    """Load and validate a space (a path, a dict or a spec), applying overrides.
+
+    Overrides are the search settings a command line may change: ``name``,
+    ``objective``, ``algorithm``, ``sampler``, ``max_trials``, ``parallel``,
+    ``seed``, ``timeout_s``; None values are ignored.
+    """
+    if isinstance(space, StudySpec):
+        spec = space
+    elif isinstance(space, dict):
+        spec = parse_spec(space)
+    else:
+        spec = load_spec(space)
+    return spec.with_overrides(**overrides)
+
+
+def run(
+    space: str | os.PathLike | dict | StudySpec,
+    objective: str | Objective | None = None,
+    *,
+    algorithm: str | None = None,
+    max_trials: int | None = None,
+    parallel: int | None = None,
+    seed: int | None = None,
+    timeout_s: float | None = None,
+    name: str | None = None,
+    engine: str = "auto",
+    scheduler: str | None = None,
+    workers: int | None = None,
+    storage: str | None = None,
+    runs_dir: str | os.PathLike = "runs",
+    progress: bool = True,
+) -> StudyResult:
+    """Run (or resume) a study and return its results, best first.
+
+    Parameters
+    ----------
+    space:
+        A space file path, a dict in the same format, or a parsed StudySpec.
+    objective:
+        ``train(config, trial)`` as a callable or as ``"package.module:function"``;
+        defaults to the space's ``"objective"``. A callable defined in a notebook
+        works with the dask and inline engines; COMPSs needs an importable one.
+    algorithm, max_trials, parallel, seed, timeout_s, name:
+        Override the space's settings.
+    engine:
+        ``"auto"`` (compss under the COMPSs runtime, else dask), ``"dask"``,
+        ``"compss"`` or ``"inline"``.
+    scheduler, workers:
+        For dask: an existing scheduler's address or scheduler file; or the
+        number of worker processes of the embedded cluster.
+    storage:
+        An Optuna storage URL (``sqlite:///...``, ``postgresql://...``) instead
+        of the journal file in the run directory.
+    runs_dir:
+        Where run directories are created: ``<runs_dir>/<study name>/``.
+
+    Examples
+    --------
+    >>> import hpo
+    >>> def train(config, trial):
+    ...     return -(config["x"] - 2) ** 2
+    >>> result = hpo.run({"space": {"x": [0, 1, 2, 3]}, "metric": {"name": "score"}},
+    ...                  train, engine="inline", runs_dir=tmp, progress=False)  # doctest: +SKIP
+    >>> result.best.params                                                    # doctest: +SKIP
+    {'x': 2}
+    """
+    spec = prepare(space, algorithm=algorithm, max_trials=max_trials, parallel=parallel,
+                   seed=seed, timeout_s=timeout_s, name=name,
+                   objective=objective if isinstance(objective, str) else None)
+    resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
+    run_dir = RunDir(Path(runs_dir) / spec.name)
+    record = spec.to_dict()
+    record["objective"] = reference_of(objective or spec.objective)
+    storage_url = run_dir.create(record, storage)
+    chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
+    controller = Controller(spec, run_dir, storage_url, chosen,
+                            objective=objective if callable(objective) else None, progress=progress)
+    return controller.run()

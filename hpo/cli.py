@@ -1,0 +1,148 @@
+"""The ``hpo`` command: run, validate, status, export.
+
+Bad input exits with status 2 and a message naming the place and the fix; a
+traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpo.errors import UsageError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hpo`` console script; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"hpo: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hpo", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, parents=[common])
+
+    run = command("run", help="run or resume a study")
+    run.add_argument("space", help="search space JSON file")
+    run.add_argument("--engine", default="auto", choices=("auto", "dask", "compss", "inline"),
+                     help="auto: compss under runcompss, else dask (default)")
+    run.add_argument("--scheduler", help="dask: address or scheduler file of a running scheduler")
+    run.add_argument("--workers", type=int, help="dask: worker processes of the embedded cluster")
+    run.add_argument("--storage", help="Optuna storage URL instead of the run directory's journal")
+    run.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
+    run.add_argument("--name", help="study name (default: the space's name)")
+    run.add_argument("--objective", help="package.module:function to optimise")
+    run.add_argument("--algorithm", choices=("grid", "random", "bayesian"))
+    run.add_argument("--max-trials", type=int)
+    run.add_argument("--parallel", type=int, help="trials in flight at once")
+    run.add_argument("--seed", type=int)
+    run.add_argument("--timeout-s", type=float, help="wall-clock budget of the study, seconds")
+    run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.set_defaults(handler=_run)
+
+    validate = command("validate", help="check a space file and print it")
+    validate.add_argument("space")
+    validate.add_argument("--algorithm", choices=("grid", "random", "bayesian"))
+    validate.set_defaults(handler=_validate)
+
+    status = command("status", help="counts by state and the best trial")
+    status.add_argument("run_dir")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=_status)
+
+    export = command("export", help="all trials as CSV or JSON")
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("-o", "--output", help="file to write (default: standard output)")
+    export.set_defaults(handler=_export)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from hpo.api import prepare, run
+    from hpo.engines import default_engine_name
+
+    spec = prepare(args.space, name=args.name, objective=args.objective, algorithm=args.algorithm,
+                   max_trials=args.max_trials, parallel=args.parallel, seed=args.seed,
+                   timeout_s=args.timeout_s)
+    engine = default_engine_name() if args.engine == "auto" else args.engine
+    run_dir = Path(args.runs_dir) / spec.name
+    print(f"study {spec.name}: {spec.search.algorithm} search, up to {spec.max_trials} trials, "
+          f"engine {engine}, results in {run_dir}", file=sys.stderr)
+    result = run(spec, engine=engine, scheduler=args.scheduler, workers=args.workers,
+                 storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet)
+    print(result.table(limit=20))
+    _print_best(result, run_dir)
+    return 0
+
+
+def _print_best(result, run_dir: Path) -> None:
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in result.counts.items() if n)
+    print(f"\n{len(result.trials)} trials: {counts or 'none'}")
+    if result.stop:
+        print(f"stopped early: {result.stop['reason']}")
+    if result.best:
+        print(f"best: trial {result.best.number}, {result.metric}={result.best.value:.6g}, "
+              f"config {json.dumps(result.best.params)}")
+    print(f"details: hpo status {run_dir}")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from hpo.api import prepare
+    from hpo.trial import resolve_objective
+
+    spec = prepare(args.space, algorithm=args.algorithm)
+    resolve_objective(spec.objective, spec.source)
+    print(spec.describe())
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from hpo.results import StudyResult
+
+    result = StudyResult.load(args.run_dir)
+    if args.json:
+        print(json.dumps(result.summary(), indent=2))
+        return 0
+    print(result.table(limit=10))
+    _print_best(result, Path(args.run_dir))
+    cost = result.cost
+    print(f"cost: {cost['core_hours']:.3f} core-hours, {cost['gpu_hours']:.3f} GPU-hours")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from hpo.results import StudyResult
+
+    result = StudyResult.load(args.run_dir)
+    text = result.to_csv() if args.format == "csv" else result.to_json()
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

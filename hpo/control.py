@@ -1,0 +1,202 @@
+"""The master loop: keep ``parallel`` trials in flight until the study is done.
+
+Asynchronous, not batch-synchronous: as soon as one trial finishes, the next
+configuration is asked and submitted. Completion is learned from the engine
+where it can tell (Dask), else from the store (COMPSs has no wait-any); results
+are always read from the store, which the worker wrote before its task ended.
+
+The study ends when the budget (``max_trials``) is used, the space is
+exhausted, the metric reaches its ``target``, or the wall-clock budget
+(``timeout_s``) runs out. On a target or timeout stop, no new trial starts,
+tasks not yet started are cancelled, and running trials see
+``trial.should_stop()`` at their next check.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import optuna
+
+from hpo.engines import Engine
+from hpo.progress import ProgressLine
+from hpo.results import StudyResult
+from hpo.search import Searcher, open_search
+from hpo.space import StudySpec
+from hpo.store import RunDir, open_storage
+from hpo.trial import TrialState, TrialTask
+from hpo.trial._objective import Objective
+from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, STOP_ATTR
+
+__all__ = ["Controller"]
+
+_POLL_S = 0.5  # longest wait between looks at the engine or the store
+
+
+@dataclass
+class _InFlight:
+    trial_id: int
+    handle: Any
+
+
+@dataclass
+class Controller:
+    """Runs one study of ``spec`` on ``engine``, storing everything in ``run_dir``."""
+
+    spec: StudySpec
+    run_dir: RunDir
+    storage_url: str
+    engine: Engine
+    objective: str | Objective | None = None
+    progress: bool = True
+    _in_flight: dict[int, _InFlight] = field(default_factory=dict, init=False)
+
+    def run(self) -> StudyResult:
+        storage = open_storage(self.storage_url)
+        _cancel_leftovers(storage, self.spec.name)
+        searcher = open_search(self.spec, storage)
+        study = searcher.study
+        if (study.user_attrs.get(STOP_ATTR) or {}).get("reason") == "target":
+            return StudyResult.from_study(study, self.spec.metric.name)  # already done
+        study.set_user_attr(STOP_ATTR, None)
+        with self.engine:
+            self._loop(searcher, study)
+        return StudyResult.from_study(study, self.spec.metric.name)
+
+    def _loop(self, searcher: Searcher, study: optuna.Study) -> None:
+        parallel = self.spec.search.parallel or self.engine.slots
+        progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress)
+        deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
+        stopping = exhausted = False
+        tally = _Tally.of(study)
+        progress.update(*tally.line(0))
+        while True:
+            while not (stopping or exhausted) and len(self._in_flight) < parallel \
+                    and tally.counted + len(self._in_flight) < self.spec.max_trials:
+                proposal = searcher.ask()
+                if proposal is None:
+                    exhausted = True
+                    break
+                handle = self.engine.submit(self._task(study, proposal))
+                self._in_flight[proposal.number] = _InFlight(proposal.trial_id, handle)
+            if not self._in_flight:
+                break
+            for number in self._finished(study):
+                state, value = self._collect(study, number)
+                tally.add(number, state, value, study.direction)
+                if not stopping and self._reached_target(state, value):
+                    stopping = self._stop(study, {"reason": "target", "trial": number, "value": value})
+            if not stopping and time.monotonic() > deadline:
+                stopping = self._stop(study, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
+            progress.update(*tally.line(len(self._in_flight)))
+        progress.close()
+
+    def _task(self, study: optuna.Study, proposal) -> TrialTask:
+        spec, resources = self.spec, self.spec.resources
+        return TrialTask(
+            storage=self.storage_url, study_name=spec.name, study_id=study._study_id,
+            trial_id=proposal.trial_id, number=proposal.number,
+            config={**spec.fixed, **proposal.params},
+            objective=self.objective or spec.objective, metric=spec.metric.name,
+            checkpoint_dir=str(self.run_dir.checkpoint_dir(proposal.number)),
+            cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
+            early_stopping=asdict(spec.early_stopping),
+            isolate=resources.time_limit_s is not None or resources.gpus > 0,
+        )
+
+    def _finished(self, study: optuna.Study) -> list[int]:
+        """Numbers of in-flight trials that are finished."""
+        numbers = list(self._in_flight)
+        handles = [self._in_flight[n].handle for n in numbers]
+        if self.engine.reports_completion:
+            done = {id(h) for h in self.engine.wait(handles, _POLL_S)}
+            return [n for n, h in zip(numbers, handles) if id(h) in done]
+        self.engine.wait(handles, _POLL_S)
+        storage = study._storage
+        return [n for n in numbers
+                if storage.get_trial(self._in_flight[n].trial_id).state.is_finished()]
+
+    def _collect(self, study: optuna.Study, number: int) -> tuple[TrialState, float | None]:
+        flight = self._in_flight.pop(number)
+        try:
+            self.engine.result(flight.handle)
+        except Exception as exc:  # the task itself failed: worker lost too often, etc.
+            _end_trial(study._storage, flight.trial_id, "engine", f"{type(exc).__name__}: {exc}")
+        trial = study._storage.get_trial(flight.trial_id)
+        return TrialState.of(trial), trial.value if trial.values else None
+
+    def _reached_target(self, state: TrialState, value: float | None) -> bool:
+        target = self.spec.metric.target
+        if target is None or state is not TrialState.COMPLETE:
+            return False
+        return value >= target if self.spec.metric.direction == "maximize" else value <= target
+
+    def _stop(self, study: optuna.Study, reason: dict[str, Any]) -> bool:
+        """Tell running trials to stop, and cancel the tasks not started yet."""
+        study.set_user_attr(STOP_ATTR, reason)
+        storage = study._storage
+        for number, flight in list(self._in_flight.items()):
+            if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
+                self.engine.cancel(flight.handle)
+                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({reason['reason']})")
+                del self._in_flight[number]
+        return True
+
+
+@dataclass
+class _Tally:
+    """Counts for the budget and the progress line."""
+
+    counted: int = 0
+    failed: int = 0
+    best: tuple[int, float] | None = None
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> "_Tally":
+        tally = cls()
+        for trial in study.get_trials(deepcopy=False):
+            state = TrialState.of(trial)
+            if state.is_finished:
+                tally.add(trial.number, state, trial.value if trial.values else None, study.direction)
+        return tally
+
+    def add(self, number: int, state: TrialState, value: float | None,
+            direction: optuna.study.StudyDirection) -> None:
+        if state is TrialState.CANCELLED:
+            return  # its configuration was not used up
+        self.counted += 1
+        self.failed += state in (TrialState.FAILED, TrialState.TIMEOUT)
+        if state is TrialState.COMPLETE:
+            better = max if direction == optuna.study.StudyDirection.MAXIMIZE else min
+            if self.best is None or better(value, self.best[1]) != self.best[1]:
+                self.best = (number, value)
+
+    def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:
+        return self.counted, running, self.failed, self.best
+
+
+def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> None:
+    """Trials left unfinished by a master that died are ended, to be run again."""
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return  # a new study
+    for trial in storage.get_all_trials(study_id, deepcopy=False,
+                                        states=(optuna.trial.TrialState.RUNNING,)):
+        _end_trial(storage, trial._trial_id, "interrupted", "left unfinished by an earlier run")
+
+
+def _end_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str, message: str) -> None:
+    """Mark a trial ended by the master (cancelled, interrupted, lost by the engine)."""
+    try:
+        if reason in ("cancelled", "interrupted"):
+            storage.set_trial_user_attr(trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
+        else:
+            run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
+            run["error"] = {"type": "EngineError", "message": message}
+            storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
+        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass  # the worker finished it meanwhile: its record wins

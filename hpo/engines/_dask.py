@@ -1,0 +1,138 @@
+"""Dask distributed: an embedded LocalCluster, or an existing scheduler.
+
+A trial's CPUs and GPUs become Dask worker resources (abstract labels: workers
+declare ``--resources "CPU=4 GPU=1"``, tasks request what they need). Dask
+queues a task that no worker can ever satisfy forever, silently, so requests
+are checked against the workers before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpo.engines._base import Engine
+from hpo.errors import EngineError
+from hpo.trial import TrialOutcome, TrialTask, run_trial
+
+__all__ = ["DaskEngine"]
+
+
+class DaskEngine(Engine):
+    """Runs trials as Dask tasks.
+
+    Parameters
+    ----------
+    scheduler:
+        Address (``tcp://host:8786``) or scheduler-file path of a running
+        scheduler; None starts a LocalCluster on 127.0.0.1.
+    workers:
+        Worker processes of the LocalCluster (default: one per trial slot that
+        fits the machine's cores).
+    cpus, gpus:
+        What each trial needs.
+    retries:
+        Dask ``retries=`` for a task that raised (infrastructure faults only;
+        user errors are recorded by the trial wrapper, never raised).
+    """
+
+    name = "dask"
+
+    def __init__(self, scheduler: str | None = None, workers: int | None = None,
+                 cpus: int = 1, gpus: int = 0, retries: int = 0) -> None:
+        self.scheduler, self.workers = scheduler, workers
+        self.cpus, self.gpus, self.retries = cpus, gpus, retries
+        self.client = self._cluster = None
+        self._resources: dict[str, int] = {}
+        self._slots = 0
+
+    def start(self) -> None:
+        from distributed import Client, LocalCluster
+
+        if self.scheduler is None:
+            if self.gpus:
+                raise EngineError(
+                    f"the study asks for {self.gpus} GPU(s) per trial, and the embedded Dask "
+                    "cluster has none.\n  fix: start one worker per GPU with "
+                    "`CUDA_VISIBLE_DEVICES=i dask worker --resources GPU=1 ...` and pass "
+                    "--scheduler ADDRESS_OR_FILE"
+                )
+            n = self.workers or max(1, (os.cpu_count() or 1) // self.cpus)
+            self._cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address=None, resources={"CPU": self.cpus},
+            )
+            self.client = Client(self._cluster)
+        else:
+            self.client = _connect(Client, self.scheduler)
+            self.client.wait_for_workers(1, timeout=120)
+        self._plan_resources()
+
+    def _plan_resources(self) -> None:
+        """Decide what each task requests, and how many fit, from the workers."""
+        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        declared = [w.get("resources", {}) for w in workers]
+        wanted = {"GPU": self.gpus} if self.gpus else {}
+        if any("CPU" in r for r in declared):
+            wanted["CPU"] = self.cpus
+        fits = [min((r.get(k, 0) // v for k, v in wanted.items()), default=w["nthreads"])
+                for r, w in zip(declared, workers)]
+        if not any(fits):
+            have = sorted({" ".join(f"{k}={v}" for k, v in r.items()) or "none" for r in declared})
+            need = " ".join(f"{k}={v}" for k, v in wanted.items())
+            raise EngineError(
+                f"no Dask worker can run a trial needing {need}; workers offer: {', '.join(have)}.\n"
+                f"  fix: start workers with --resources \"{need}\", or lower \"resources\" in the space"
+            )
+        self._resources, self._slots = wanted, sum(fits)
+
+    @property
+    def slots(self) -> int:
+        return self._slots
+
+    def submit(self, task: TrialTask):
+        # An explicit key per trial and pure=False: two trials with equal
+        # arguments must never collapse into one Dask task.
+        key = f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
+        return self.client.submit(
+            run_trial, task, key=key, pure=False, retries=self.retries,
+            resources=self._resources or None,
+        )
+
+    def wait(self, handles: Sequence, timeout: float) -> list:
+        from distributed import wait
+
+        try:
+            wait(list(handles), timeout=timeout, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            pass
+        return [h for h in handles if h.done()]
+
+    def result(self, handle) -> TrialOutcome:
+        try:
+            return handle.result()
+        finally:
+            handle.release()  # its result is in the store; don't keep it on a worker
+
+    def cancel(self, handle) -> None:
+        handle.cancel()
+
+    def shutdown(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+        self.client = self._cluster = None
+
+
+def _connect(client_class, scheduler: str):
+    if Path(scheduler).is_file():
+        return client_class(scheduler_file=scheduler)
+    if "://" not in scheduler and ":" not in scheduler:
+        raise EngineError(
+            f"--scheduler {scheduler!r} is neither an existing scheduler file nor an address.\n"
+            "  fix: pass tcp://HOST:PORT or the path given to `dask scheduler --scheduler-file`"
+        )
+    return client_class(scheduler)

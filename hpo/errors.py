@@ -1,0 +1,55 @@
+"""Errors that reach the user.
+
+A :class:`UsageError` is bad input (a space file, a CLI flag, an objective that
+cannot be imported). The CLI prints its message and exits with status 2, with
+no traceback unless ``--debug`` is given. Everything else is a bug or an
+infrastructure fault and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "closest"]
+
+
+class HpoError(Exception):
+    """Base class of the errors this package raises on purpose."""
+
+
+class UsageError(HpoError, ValueError):
+    """Bad input from the user; the message says where and how to fix it."""
+
+
+class SpaceError(UsageError):
+    """A search-space file or dict that does not validate.
+
+    Parameters
+    ----------
+    source:
+        Where the space came from: a file path or ``"<dict>"``.
+    path:
+        JSON path of the offending value, e.g. ``"$.space.learning_rate.low"``.
+    problem:
+        What is wrong, including the value seen.
+    fix:
+        What to write instead.
+    """
+
+    def __init__(self, source: str, path: str, problem: str, fix: str | None = None) -> None:
+        self.source, self.path, self.problem, self.fix = source, path, problem, fix
+        message = f"{source}: {path}: {problem}"
+        if fix:
+            message += f"\n  fix: {fix}"
+        super().__init__(message)
+
+
+class EngineError(UsageError):
+    """The engine cannot run the study as asked (e.g. no worker has a GPU)."""
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The candidate closest to ``word``, for "did you mean" hints, or None."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None

@@ -1,0 +1,13 @@
+"""Example objectives, each ``train(config, trial)``-shaped; none downloads anything.
+
+* :mod:`hpo.examples.keras_digits` -- Keras MLP on scikit-learn's bundled digits (quick start).
+* :mod:`hpo.examples.keras_mnist` -- the study's MNIST MLP (``train``) and CNN
+  (``train_cnn``); local MNIST-format files via ``data_path`` or ``$HPO_MNIST_PATH``.
+* :mod:`hpo.examples.keras_cifar` -- the study's CIFAR-10 CNN; local files via
+  ``data_path`` or ``$HPO_CIFAR10_PATH``.
+* :mod:`hpo.examples.sklearn_digits` -- ``SGDClassifier`` trained epoch by epoch.
+* :mod:`hpo.examples.toy` -- ``sleep``, ``quadratic``, ``fail``, ``nan``, ``slow``
+  for tests and benchmarks.
+
+Importing this package imports nothing heavy; the Keras modules import Keras.
+"""

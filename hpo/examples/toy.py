@@ -1,0 +1,57 @@
+"""Objectives with no machine learning, for tests, demos and overhead benchmarks.
+
+``sleep`` and ``slow`` take time, ``quadratic`` has a learning curve and a
+known optimum (x=2, y=-1, value 0, to maximise), ``fail`` and ``nan`` misbehave
+on purpose. All return ``{"value": ...}`` except ``nan``, which returns a float.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["sleep", "quadratic", "fail", "nan", "slow"]
+
+
+def sleep(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Sleep ``sleep_s`` seconds (0.1) and return ``{"value": x}`` (x defaults to 0)."""
+    time.sleep(float(config.get("sleep_s", 0.1)))
+    return {"value": float(config.get("x", 0))}
+
+
+def quadratic(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Report ``steps`` (3) values rising to -(x-2)**2 - (y+1)**2, sleeping ``step_s`` (0) each; return the last."""
+    target = -((float(config.get("x", 0.0)) - 2.0) ** 2) - (float(config.get("y", 0.0)) + 1.0) ** 2
+    steps = int(config.get("steps", 3))
+    step_s = float(config.get("step_s", 0.0))
+    value = float("-inf")
+    for step in range(steps):
+        if step_s:
+            time.sleep(step_s)
+        value = target - (steps - 1 - step) / steps  # reaches the target at the last step
+        trial.report(step, value=value)
+        if trial.should_stop():
+            break
+    return {"value": value}
+
+
+def fail(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Raise ``RuntimeError("boom: ...")`` when ``config["fail"]`` is truthy, else return ``{"value": 1.0}``."""
+    if config.get("fail"):
+        raise RuntimeError(f"boom: trial {trial.number} fails on purpose (config fail={config['fail']!r})")
+    return {"value": 1.0}
+
+
+def nan(config: dict[str, Any], trial: Any) -> float:
+    """Return ``float("nan")``, as a diverged training would."""
+    return float("nan")
+
+
+def slow(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Sleep ``sleep_s`` (1.0) in 0.05 s naps, returning early when ``trial.should_stop()``; return ``{"value": 1.0}``."""
+    deadline = time.monotonic() + float(config.get("sleep_s", 1.0))
+    while (left := deadline - time.monotonic()) > 0:
+        if trial.should_stop():
+            break
+        time.sleep(min(0.05, left))
+    return {"value": 1.0}

@@ -1,0 +1,166 @@
+"""A study's results as read from its store: records, ranking, tables, export."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from hpo.store import RunDir
+from hpo.trial._state import ENDED_BY_ATTR, REPORT_ATTR, RUN_ATTR, STOP_ATTR, TrialState
+
+__all__ = ["TrialRecord", "StudyResult"]
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One trial as stored: configuration, outcome, where it ran and what it cost."""
+
+    number: int
+    state: TrialState
+    value: float | None
+    params: dict[str, Any]
+    metrics: dict[str, float] = field(default_factory=dict)
+    host: str | None = None
+    attempt: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    duration_s: float | None = None
+    core_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    steps: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
+        run = trial.user_attrs.get(RUN_ATTR) or {}
+        return cls(
+            number=trial.number, state=TrialState.of(trial),
+            value=trial.value if trial.values else None, params=dict(trial.params),
+            metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
+            started_at=run.get("started_at"), ended_at=run.get("ended_at"),
+            duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
+            gpu_seconds=run.get("gpu_seconds") or 0.0,
+            steps=sum(1 for k in trial.user_attrs if k.startswith(REPORT_ATTR)),
+            error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return data
+
+
+def _error_text(run: dict[str, Any], ended_by: dict[str, Any] | None) -> str | None:
+    if ended_by:
+        return f"{ended_by['reason']}: {ended_by['message']}"
+    error = run.get("error")
+    return f"{error['type']}: {error['message']}" if error else None
+
+
+@dataclass
+class StudyResult:
+    """The results of a study, best first; what ``hpo.run`` returns.
+
+    >>> result = StudyResult.load("runs/digits-quick")     # doctest: +SKIP
+    >>> result.best.params, result.best.value               # doctest: +SKIP
+    """
+
+    name: str
+    metric: str
+    direction: str
+    trials: list[TrialRecord]
+    stop: dict[str, Any] | None = None
+
+    @classmethod
+    def from_study(cls, study: optuna.Study, metric: str) -> "StudyResult":
+        trials = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
+        direction = "maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
+        stop = study.user_attrs.get(STOP_ATTR)
+        return cls(study.study_name, metric, direction, trials, stop)
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> "StudyResult":
+        """Read the results of the study in ``run_dir``."""
+        run = RunDir(Path(run_dir))
+        return cls.from_study(run.load_study(), run.read()["spec"]["metric"]["name"])
+
+    @property
+    def best(self) -> TrialRecord | None:
+        ranked = self.ranked()
+        return ranked[0] if ranked and ranked[0].state is TrialState.COMPLETE else None
+
+    def ranked(self) -> list[TrialRecord]:
+        """Completed trials best first, then the others by number."""
+        sign = -1.0 if self.direction == "maximize" else 1.0
+        complete = [t for t in self.trials if t.state is TrialState.COMPLETE]
+        others = [t for t in self.trials if t.state is not TrialState.COMPLETE]
+        return sorted(complete, key=lambda t: (sign * t.value, t.number)) + others
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {state.value: 0 for state in TrialState}
+        for trial in self.trials:
+            counts[trial.state.value] += 1
+        return counts
+
+    @property
+    def cost(self) -> dict[str, float]:
+        return {
+            "core_hours": sum(t.core_seconds for t in self.trials) / 3600,
+            "gpu_hours": sum(t.gpu_seconds for t in self.trials) / 3600,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What ``hpo status --json`` prints."""
+        best = self.best
+        return {
+            "study": self.name, "metric": self.metric, "direction": self.direction,
+            "trials": len(self.trials), "counts": self.counts, "stopped": self.stop,
+            "best": None if best is None else {"number": best.number, "value": best.value,
+                                               "params": best.params},
+            **self.cost,
+        }
+
+    def table(self, limit: int | None = None) -> str:
+        """A plain-text leaderboard, best configuration first."""
+        names = sorted({k for t in self.trials for k in t.params})
+        header = ["rank", "trial", "state", self.metric, "time_s", *names]
+        rows = [[str(i + 1), str(t.number), t.state.value, _fmt(t.value), _fmt(t.duration_s, 1),
+                 *(_fmt(t.params.get(n)) for n in names)]
+                for i, t in enumerate(self.ranked()[:limit])]
+        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                 for row in [header, *rows]]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({**self.summary(), "trials": [t.to_dict() for t in self.ranked()]}, indent=2)
+
+    def to_csv(self) -> str:
+        names = sorted({k for t in self.trials for k in t.params})
+        metrics = sorted({k for t in self.trials for k in t.metrics})
+        columns = ["number", "state", "value", *names, *metrics, "host", "attempt",
+                   "started_at", "ended_at", "duration_s", "core_seconds", "gpu_seconds", "error"]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore")
+        writer.writeheader()
+        for t in self.ranked():
+            row = {**t.to_dict(), **t.params, **t.metrics}
+            writer.writerow(row)
+        return out.getvalue()
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+    return str(value)

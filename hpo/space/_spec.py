@@ -1,0 +1,388 @@
+"""The study file: a JSON search space plus how to search it, parsed and validated.
+
+Two forms are accepted. The flat form of the original PyCOMPSs study maps
+each parameter to its list of choices::
+
+    {"optimizer": ["Adam", "SGD", "RMSprop"], "num_epochs": [20, 50, 100]}
+
+The full form has a ``"space"`` key and optional settings around it::
+
+    {"name": "digits", "search": {"algorithm": "random", "max_trials": 12},
+     "space": {"lr": {"type": "float", "low": 1e-4, "high": 0.1, "log": true}}}
+
+Everything is checked when the file is read, and every error names the
+file, the JSON path and the fix. A JSON ``null`` is the same as leaving the
+key out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+from optuna.distributions import BaseDistribution
+
+from hpo.errors import SpaceError, closest
+from hpo.space._grid import Grid
+from hpo.space._params import (
+    Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
+)
+
+__all__ = [
+    "ALGORITHMS", "SAMPLERS", "DIRECTIONS", "PRUNERS", "DEFAULT_OBJECTIVE",
+    "Metric", "SearchSettings", "Resources", "EarlyStopping", "StudySpec",
+    "load_spec", "parse_spec",
+]
+
+ALGORITHMS = ("grid", "random", "bayesian")
+SAMPLERS = ("tpe", "gp")
+DIRECTIONS = ("maximize", "minimize")
+PRUNERS = ("none", "median", "asha", "hyperband")
+DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
+
+_TOP_KEYS = (
+    "name", "objective", "metric", "search", "resources",
+    "retries", "early_stopping", "fixed", "space",
+)
+_SEARCH_KEYS = ("algorithm", "sampler", "max_trials", "parallel", "seed", "timeout_s")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The value the objective reports, which way is better, and an optional goal."""
+
+    name: str = "val_accuracy"
+    direction: str = "maximize"
+    target: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How to search. ``sampler`` is set for bayesian search only, else None."""
+
+    algorithm: str = "grid"
+    sampler: str | None = None
+    max_trials: int | None = None
+    parallel: int | None = None  # None: as many trials as the engine has slots
+    seed: int | None = None
+    timeout_s: float | None = None  # wall-clock budget of the whole study
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one trial needs from a worker."""
+
+    cpus: int = 1
+    gpus: int = 0
+    memory_gb: float | None = None
+    time_limit_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """Which pruner stops hopeless trials, and how many steps every trial gets first."""
+
+    pruner: str = "none"
+    min_steps: int = 0
+
+
+_Check = Callable[[Any, Loc], Any]
+_positive = partial(as_number, positive=True)
+_METRIC: dict[str, _Check] = {
+    "name": as_str, "direction": partial(as_choice, options=DIRECTIONS), "target": as_number,
+}
+_SEARCH: dict[str, _Check] = {
+    "algorithm": partial(as_choice, options=ALGORITHMS),
+    "sampler": partial(as_choice, options=SAMPLERS),
+    "max_trials": partial(as_int, minimum=1),
+    "parallel": partial(as_int, minimum=1),
+    "seed": partial(as_int, minimum=0),  # numpy's generators refuse negative seeds
+    "timeout_s": _positive,
+}
+_RESOURCES: dict[str, _Check] = {
+    "cpus": partial(as_int, minimum=1), "gpus": partial(as_int, minimum=0),
+    "memory_gb": _positive, "time_limit_s": _positive,
+}
+_EARLY_STOPPING: dict[str, _Check] = {
+    "pruner": partial(as_choice, options=PRUNERS), "min_steps": partial(as_int, minimum=0),
+}
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study: what to optimise, over which space, and how.
+
+    ``params`` is sorted by name. ``source`` (the file, or ``"<dict>"``) only
+    labels errors and takes no part in equality.
+
+    >>> spec = parse_spec({"optimizer": ["Adam", "SGD"], "batch_size": [32, 64]})
+    >>> spec.grid_size, spec.max_trials, spec.grid()[0]
+    (4, 4, {'batch_size': 32, 'optimizer': 'Adam'})
+    """
+
+    name: str
+    objective: str
+    metric: Metric
+    search: SearchSettings
+    resources: Resources
+    retries: int
+    early_stopping: EarlyStopping
+    fixed: dict[str, Any]
+    params: dict[str, Param]
+    source: str = field(default="<dict>", compare=False)
+
+    def grid(self) -> Grid:
+        """The lazy grid over all parameters; SpaceError if one is a continuous range."""
+        return Grid(self.params)
+
+    @property
+    def grid_size(self) -> int | None:
+        """Number of grid points, or None when a parameter is a continuous range."""
+        if all(param.is_finite for param in self.params.values()):
+            return self.grid().size
+        return None
+
+    @property
+    def max_trials(self) -> int:
+        """The trial budget: ``search.max_trials`` if set, else the whole grid."""
+        if self.search.max_trials is not None:
+            return self.search.max_trials
+        size = self.grid_size
+        if size is None:
+            _missing_budget(self)
+        return size
+
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Optuna distributions by parameter name, for the samplers."""
+        return {name: param.distribution() for name, param in self.params.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normalised full form; ``parse_spec(spec.to_dict()) == spec``."""
+        return {
+            "name": self.name,
+            "objective": self.objective,
+            "metric": asdict(self.metric),
+            "search": asdict(self.search),
+            "resources": asdict(self.resources),
+            "retries": self.retries,
+            "early_stopping": asdict(self.early_stopping),
+            "fixed": copy.deepcopy(self.fixed),
+            "space": {name: param.to_dict() for name, param in self.params.items()},
+        }
+
+    def with_overrides(self, **changes: Any) -> StudySpec:
+        """A copy with command-line style overrides, validated like the file.
+
+        Accepts ``name``, ``objective`` and the ``search`` settings; None means
+        "keep the file's value".
+
+        >>> spec = parse_spec({"x": [1, 2, 3]})
+        >>> spec.with_overrides(algorithm="random", max_trials=2, seed=None).max_trials
+        2
+        """
+        unknown = sorted(set(changes) - {"name", "objective", *_SEARCH_KEYS})
+        if unknown:
+            raise TypeError(f"with_overrides() got unexpected keyword arguments: {', '.join(unknown)}")
+        data = self.to_dict()
+        for key, value in changes.items():
+            if value is not None:
+                (data["search"] if key in _SEARCH_KEYS else data)[key] = value
+        if data["search"]["algorithm"] != "bayesian" and changes.get("sampler") is None:
+            data["search"]["sampler"] = None  # left over from bayesian search, now meaningless
+        return parse_spec(data, self.source, self.name)
+
+    def describe(self) -> str:
+        """A multi-line summary for ``hpo validate``."""
+        metric, search, res, stop = self.metric, self.search, self.resources, self.early_stopping
+        target = "" if metric.target is None else f", target {metric.target:g}"
+        algorithm = search.algorithm + (f" ({search.sampler})" if search.sampler else "")
+        parallel = "all engine slots" if search.parallel is None else str(search.parallel)
+        search_line = f"{algorithm}, max_trials {self.max_trials:,}, parallel {parallel}"
+        if search.seed is not None:
+            search_line += f", seed {search.seed}"
+        if search.timeout_s is not None:
+            search_line += f", timeout {search.timeout_s:g} s"
+        resources = f"{res.cpus} cpu(s), {res.gpus} gpu(s)"
+        if res.memory_gb is not None:
+            resources += f", {res.memory_gb:g} GB"
+        if res.time_limit_s is not None:
+            resources += f", time limit {res.time_limit_s:g} s"
+        pruning = stop.pruner + (f" after {stop.min_steps} steps" if stop.pruner != "none" else "")
+        size = self.grid_size
+        width = max(map(len, self.params))
+        lines = [
+            f"study       {self.name}  ({self.source})",
+            f"objective   {self.objective}",
+            f"metric      {metric.name} ({metric.direction}{target})",
+            f"search      {search_line}",
+            f"resources   {resources} per trial",
+            f"retries     {self.retries}",
+            f"pruning     {pruning}",
+        ]
+        if self.fixed:
+            lines.append("fixed       " + ", ".join(f"{k}={v!r}" for k, v in self.fixed.items()))
+        lines.append(f"parameters  {len(self.params)}")
+        lines += [f"  {name:<{width}}  {param.describe()}" for name, param in self.params.items()]
+        lines.append("grid size   " + ("infinite (continuous ranges)" if size is None else f"{size:,}"))
+        return "\n".join(lines)
+
+
+def load_spec(path: str | os.PathLike[str]) -> StudySpec:
+    """Read and validate the study file at ``path``; its stem is the default name."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fix = "check the path (example spaces are in search_spaces/)"
+        raise SpaceError(source, "$", "no such file", fix) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        fix = "give the path of a readable UTF-8 JSON file"
+        raise SpaceError(source, "$", f"cannot read the file: {exc}", fix) from None
+    try:
+        data = json.loads(text, object_pairs_hook=partial(_no_duplicate_keys, source))
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        problem, fix = f"invalid JSON: {exc.msg} at {where}", f"check the JSON syntax near {where}"
+        raise SpaceError(source, "$", problem, fix) from None
+    return parse_spec(data, source, default_name=path.stem)
+
+
+def _no_duplicate_keys(source: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys silently, losing e.g. a parameter.
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise SpaceError(source, "$", f"duplicate key {key!r} in an object", "keep one of the two")
+        data[key] = value
+    return data
+
+
+def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str = "study") -> StudySpec:
+    """Validate a space in flat or full form (see the module docstring).
+
+    >>> parse_spec({"space": {"x": {"type": "int", "low": 1, "high": 3}}}).grid_size
+    3
+    """
+    root = Loc(source)
+    if not isinstance(data, dict):
+        root.expected("a JSON object", data, 'write {"param": [choices, ...]} or {"space": {...}}')
+    if "space" in data:
+        top = as_object(data, root, _TOP_KEYS)
+        params = _space(top["space"], root / "space")
+    else:
+        top, params = {}, _flat_space(data, root)
+
+    def get(key: str, check: _Check, default: Any) -> Any:
+        return default if top.get(key) is None else check(top[key], root / key)
+
+    spec = StudySpec(
+        name=get("name", _name, _safe_name(default_name)),
+        objective=get("objective", _objective, DEFAULT_OBJECTIVE),
+        metric=_section(Metric, top.get("metric"), root / "metric", _METRIC),
+        search=_search(top.get("search"), root / "search"),
+        resources=_section(Resources, top.get("resources"), root / "resources", _RESOURCES),
+        retries=get("retries", partial(as_int, minimum=0), 0),
+        early_stopping=_section(
+            EarlyStopping, top.get("early_stopping"), root / "early_stopping", _EARLY_STOPPING
+        ),
+        fixed=_fixed(top.get("fixed"), root / "fixed", params),
+        params=params,
+        source=source,
+    )
+    if spec.grid_size is None:
+        if spec.search.algorithm == "grid":
+            spec.grid()  # raises the continuous parameter's own error
+        if spec.search.max_trials is None:
+            _missing_budget(spec)
+    return spec
+
+
+def _space(value: object, at: Loc) -> dict[str, Param]:
+    if not isinstance(value, dict) or not value:
+        at.expected("a non-empty object of parameters", value, 'e.g. "space": {"optimizer": ["adam", "sgd"]}')
+    return {name: parse_param(name, value[name], at / name) for name in sorted(value)}
+
+
+def _flat_space(data: dict[str, Any], root: Loc) -> dict[str, Param]:
+    if not data:
+        root.fail("no parameters: the object is empty", 'write {"param": [choices, ...]} or {"space": {...}}')
+    for key, value in data.items():
+        if not isinstance(value, list):
+            hint = key if key in _TOP_KEYS else closest(key, _TOP_KEYS)
+            full = f'"{hint}" belongs to the full form, which needs a "space" object; ' if hint else ""
+            (root / key).expected(
+                "a list of choices (flat form: every key is a parameter)", value,
+                full + 'write a list such as [value], or use the full form {"space": {...}, "fixed": {...}} '
+                "for ranges and constants",
+            )
+    return _space(data, root)
+
+
+def _section(cls: type, value: object, at: Loc, checks: dict[str, _Check]) -> Any:
+    """A settings object: its given keys checked, the rest left to the dataclass defaults."""
+    if value is None:
+        return cls()
+    given = as_object(value, at, checks)
+    return cls(**{key: checks[key](item, at / key) for key, item in given.items() if item is not None})
+
+
+def _search(value: object, at: Loc) -> SearchSettings:
+    search = _section(SearchSettings, value, at, _SEARCH)
+    if search.algorithm == "bayesian":
+        return search if search.sampler else replace(search, sampler="tpe")
+    if search.sampler is not None:
+        (at / "sampler").fail(
+            f'"sampler" applies to bayesian search only, got algorithm {search.algorithm!r}',
+            'remove "sampler", or set "algorithm": "bayesian"',
+        )
+    return search
+
+
+def _fixed(value: object, at: Loc, params: dict[str, Param]) -> dict[str, Any]:
+    if value is None:
+        return {}
+    for key in as_object(value, at):
+        if key in params:
+            (at / key).fail(
+                f"{key!r} is both fixed and a parameter in \"space\"",
+                f'remove "{key}" from "fixed" or from "space"',
+            )
+    return copy.deepcopy(value)
+
+
+def _name(value: object, at: Loc) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or set(value) == {"."}:
+        example = _safe_name(value) if isinstance(value, str) else "my-study"
+        at.expected(
+            "a name of letters, digits, '.', '_' and '-' (it becomes a directory name)", value,
+            f'e.g. "name": "{example}"',
+        )
+    return value
+
+
+def _safe_name(text: str) -> str:
+    """``text`` made a valid study name: ``"my study"`` becomes ``"my-study"``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "study"
+
+
+def _objective(value: object, at: Loc) -> str:
+    module, colon, function = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not (colon and function.isidentifier() and all(part.isidentifier() for part in module.split("."))):
+        at.expected('"package.module:function"', value, f'e.g. "objective": "{DEFAULT_OBJECTIVE}"')
+    return value
+
+
+def _missing_budget(spec: StudySpec) -> NoReturn:
+    continuous = ", ".join(name for name, param in spec.params.items() if not param.is_finite)
+    Loc(spec.source, "$.search.max_trials").fail(
+        f"{spec.search.algorithm} search over a continuous range ({continuous}) needs a budget, got none",
+        'add "max_trials": N to "search" (or give those parameters "num" or "step")',
+    )

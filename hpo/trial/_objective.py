@@ -1,0 +1,46 @@
+"""Finding the user's objective from its import reference."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from hpo.errors import SpaceError
+
+Objective = Callable[[dict, Any], Any]
+
+
+def resolve_objective(ref: str | Objective, source: str = "<objective>") -> Objective:
+    """The callable behind ``"package.module:function"`` (or ``ref`` itself).
+
+    COMPSs and Dask workers find the objective by importing it, so it travels
+    as a reference, not as a pickled closure.
+
+    >>> resolve_objective("hpo.examples.toy:sleep").__name__
+    'sleep'
+    """
+    if callable(ref):
+        return ref
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpaceError(
+            source, "$.objective", f"cannot import module {module_name!r} of {ref!r}: {exc}",
+            "check the module path, and that its package is installed or on PYTHONPATH",
+        ) from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise SpaceError(
+            source, "$.objective", f"{module_name!r} has no callable {attr!r}",
+            "name a function train(config, trial) defined at module level",
+        )
+    return function
+
+
+def reference_of(objective: str | Objective) -> str:
+    """A printable name for an objective (its import reference when it has one)."""
+    if isinstance(objective, str):
+        return objective
+    return f"{objective.__module__}:{getattr(objective, '__qualname__', repr(objective))}"

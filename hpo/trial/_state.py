@@ -1,0 +1,60 @@
+"""The small state vocabulary of a trial, and the keys it is stored under.
+
+Optuna's storage knows RUNNING, COMPLETE, PRUNED and FAIL. ``hpo`` keeps two
+more facts apart, both derived from what the worker wrote:
+
+- PENDING: created by the master, not started by any worker yet (no run record);
+- TIMEOUT: failed because it exceeded its time limit (kept apart from FAILED,
+  as walltime expiry is an ordinary event on a cluster, not a bug);
+- CANCELLED: ended by the master without a result (the study stopped before it
+  started, or the master running it died); its configuration is not used up.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import optuna
+
+# Trial user attributes (one journal line each write).
+RUN_ATTR = "hpo:run"  # dict: host, pid, attempt, started_at, ended_at, cost, error...
+REPORT_ATTR = "hpo:report:"  # + step number, zero padded: all metrics of that step
+# Set by the master on a trial it ended without a result: {"reason", "message"},
+# reason "cancelled" (never started; the study stopped) or "interrupted" (left
+# behind by a master that died; its configuration is run again).
+ENDED_BY_ATTR = "hpo:ended_by"
+# Study user attribute: set when the study must stop ({"reason": ..., ...}).
+STOP_ATTR = "hpo:stop"
+
+
+class TrialState(str, enum.Enum):
+    """Where a trial is in its life; the values are what ``hpo status`` prints."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_finished(self) -> bool:
+        return self not in (TrialState.PENDING, TrialState.RUNNING)
+
+    @classmethod
+    def of(cls, trial: optuna.trial.FrozenTrial) -> "TrialState":
+        """The state of a stored trial."""
+        run = trial.user_attrs.get(RUN_ATTR)
+        state = trial.state
+        if state == optuna.trial.TrialState.RUNNING:
+            return cls.RUNNING if run else cls.PENDING
+        if state == optuna.trial.TrialState.COMPLETE:
+            return cls.COMPLETE
+        if state == optuna.trial.TrialState.PRUNED:
+            return cls.PRUNED
+        if trial.user_attrs.get(ENDED_BY_ATTR):
+            return cls.CANCELLED
+        if run and run.get("timed_out"):
+            return cls.TIMEOUT
+        return cls.FAILED if state == optuna.trial.TrialState.FAIL else cls.PENDING
