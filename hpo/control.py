@@ -67,13 +67,14 @@ class Controller:
 
     def _loop(self, searcher: Searcher, study: optuna.Study) -> None:
         parallel = self.spec.search.parallel or self.engine.slots
+        window = parallel + self._queued(parallel)
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress)
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(study)
         progress.update(*tally.line(0))
         while True:
-            while not (stopping or exhausted) and len(self._in_flight) < parallel \
+            while not (stopping or exhausted) and len(self._in_flight) < window \
                     and tally.counted + len(self._in_flight) < self.spec.max_trials:
                 proposal = searcher.ask()
                 if proposal is None:
@@ -92,6 +93,19 @@ class Controller:
                 stopping = self._stop(study, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
         progress.close()
+
+    def _queued(self, parallel: int) -> int:
+        """How many trials to prepare ahead and queue in the engine.
+
+        A slot that frees then starts its next trial at once instead of waiting
+        for the master. Grid and random search lose nothing by asking early
+        (one per slot); Bayesian search would propose with less information
+        (one in all). None when queued tasks could start early, i.e. when the
+        engine has more slots than ``parallel``.
+        """
+        if parallel < self.engine.slots:
+            return 0
+        return parallel if self.spec.search.algorithm in ("grid", "random") else 1
 
     def _task(self, study: optuna.Study, proposal) -> TrialTask:
         spec, resources = self.spec, self.spec.resources

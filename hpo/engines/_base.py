@@ -50,8 +50,9 @@ class Engine(abc.ABC):
         """Block up to ``timeout`` s; return the handles known to be finished."""
 
     @abc.abstractmethod
-    def result(self, handle: Handle) -> TrialOutcome:
-        """The outcome of a finished task; raises if the task itself failed."""
+    def result(self, handle: Handle) -> TrialOutcome | None:
+        """The outcome of a finished task (None if the engine leaves it to the
+        store); raises if the task itself failed."""
 
     @abc.abstractmethod
     def cancel(self, handle: Handle) -> None:

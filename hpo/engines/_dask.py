@@ -9,6 +9,7 @@ are checked against the workers before anything is submitted.
 from __future__ import annotations
 
 import os
+import queue
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +48,9 @@ class DaskEngine(Engine):
         self.client = self._cluster = None
         self._resources: dict[str, int] = {}
         self._slots = 0
+        # Done-callbacks feed this queue: completion is learned without a
+        # round trip to the scheduler.
+        self._done: queue.Queue = queue.Queue()
 
     def start(self) -> None:
         from distributed import Client, LocalCluster
@@ -96,25 +100,33 @@ class DaskEngine(Engine):
         # An explicit key per trial and pure=False: two trials with equal
         # arguments must never collapse into one Dask task.
         key = f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
-        return self.client.submit(
+        future = self.client.submit(
             run_trial, task, key=key, pure=False, retries=self.retries,
             resources=self._resources or None,
         )
+        future.add_done_callback(self._done.put)
+        return future
 
     def wait(self, handles: Sequence, timeout: float) -> list:
-        from distributed import wait
-
+        finished = []
         try:
-            wait(list(handles), timeout=timeout, return_when="FIRST_COMPLETED")
-        except TimeoutError:
+            finished.append(self._done.get(timeout=timeout))
+            while True:
+                finished.append(self._done.get_nowait())
+        except queue.Empty:
             pass
-        return [h for h in handles if h.done()]
+        wanted = {h.key for h in handles}
+        return [f for f in finished if f.key in wanted]
 
-    def result(self, handle) -> TrialOutcome:
+    def result(self, handle) -> TrialOutcome | None:
+        """Raises if the task failed; a successful outcome is read from the store
+        instead of being fetched from the worker."""
         try:
-            return handle.result()
+            if handle.status != "finished":
+                handle.result()
+            return None
         finally:
-            handle.release()  # its result is in the store; don't keep it on a worker
+            handle.release()  # don't keep results on workers (lost workers would recompute them)
 
     def cancel(self, handle) -> None:
         handle.cancel()
