@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 from hpo.control import Controller
 from hpo.engines import make_engine
 from hpo.results import StudyResult
@@ -83,6 +85,7 @@ def run(
     >>> result.best.params                                                    # doctest: +SKIP
     {'x': 2}
     """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress line says enough
     spec = prepare(space, algorithm=algorithm, max_trials=max_trials, parallel=parallel,
                    seed=seed, timeout_s=timeout_s, name=name,
                    objective=objective if isinstance(objective, str) else None)

@@ -24,19 +24,17 @@ class ProgressLine:
         self._live = enabled and self.stream.isatty()
         self._started = time.monotonic()
         self._last = ""
+        self._done = -1
 
     def update(self, done: int, running: int, failed: int,
                best: tuple[int, float] | None) -> None:
         if not self.enabled:
             return
         line = self._render(done, running, failed, best)
-        if line == self._last:
-            return
-        self._last = line
-        if self._live:
-            self.stream.write("\r" + line.ljust(100))
-        else:
-            self.stream.write(line + "\n")
+        if line == self._last or (not self._live and done == self._done):
+            return  # a log file gets one line per finished trial
+        self._last, self._done = line, done
+        self.stream.write("\r" + line.ljust(100) if self._live else line + "\n")
         self.stream.flush()
 
     def close(self) -> None:

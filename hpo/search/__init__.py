@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from hpo.search._base import Proposal, Searcher
-from hpo.search._samplers import GridSearcher, ProposalSampler, SamplerSearcher, make_inner_sampler
+from hpo.search._base import Proposal, ProposalSampler, Searcher
+from hpo.search._samplers import GridSearcher, SamplerSearcher, make_inner_sampler
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec

@@ -11,7 +11,7 @@ import optuna
 
 from hpo.trial._state import TrialState
 
-__all__ = ["Proposal", "Searcher"]
+__all__ = ["Proposal", "Searcher", "ProposalSampler"]
 
 
 @dataclass(frozen=True)
@@ -23,32 +23,58 @@ class Proposal:
     params: dict[str, Any]
 
 
-class Searcher(abc.ABC):
-    """Proposes configurations; one per :meth:`ask`, never one already tried.
+class ProposalSampler(optuna.samplers.BaseSampler):
+    """The study's sampler: hands ``study.ask`` what the Searcher proposes.
 
-    Subclasses implement :meth:`_propose`; the base class stores the trial and
-    keeps the set of configurations already handed out (including those of an
-    earlier, interrupted run of the same study).
+    All parameters are sampled jointly, as one "relative" sample, so that a
+    whole configuration exists, and can be checked against those already
+    tried, before anything is written to the store.
+    """
+
+    def __init__(self, distributions: dict[str, optuna.distributions.BaseDistribution]) -> None:
+        self._distributions = distributions
+        self.propose = None  # set by the Searcher: (study, trial) -> params
+
+    def infer_relative_search_space(self, study, trial):
+        return self._distributions
+
+    def sample_relative(self, study, trial, search_space):
+        return self.propose(study, trial)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        raise RuntimeError(f"parameter {param_name!r} was not proposed")  # a bug, not user input
+
+
+class Searcher(abc.ABC):
+    """Proposes configurations, one per :meth:`ask`, never one already tried.
+
+    Subclasses implement :meth:`_propose` and :meth:`_exhausted`. The base
+    class stores the trial and keeps the set of configurations handed out,
+    including those of an earlier, interrupted run of the same study.
     """
 
     def __init__(self, study: optuna.Study, distributions: dict[str, optuna.distributions.BaseDistribution]):
         self.study = study
         self.distributions = distributions
+        study.sampler.propose = self._propose
         self._seen = {_key(t.params) for t in study.get_trials(deepcopy=False) if _counts(t)}
 
     def ask(self) -> Proposal | None:
         """Store and return the next configuration, or None when none is left."""
-        params = self._propose()
-        if params is None:
+        if self._exhausted():
             return None
-        self._seen.add(_key(params))
         trial = self.study.ask(fixed_distributions=self.distributions)
-        # The proposal sampler returns exactly ``params`` for this trial.
-        return Proposal(trial._trial_id, trial.number, dict(trial.params))
+        params = dict(trial.params)
+        self._seen.add(_key(params))
+        return Proposal(trial._trial_id, trial.number, params)
 
     @abc.abstractmethod
-    def _propose(self) -> dict[str, Any] | None:
-        """The next unseen configuration, or None when the space is exhausted."""
+    def _exhausted(self) -> bool:
+        """Whether no unseen configuration is left."""
+
+    @abc.abstractmethod
+    def _propose(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The configuration of ``trial``, just created in the store, not yet seen."""
 
     def _is_new(self, params: dict[str, Any]) -> bool:
         return _key(params) not in self._seen

@@ -1,0 +1,69 @@
+"""Shared fixtures: a real multi-process Dask cluster and the PyCOMPSs double."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPSS_DOUBLE = Path(__file__).parent / "compss_double"
+
+
+@pytest.fixture(scope="session")
+def dask_address():
+    """A LocalCluster of 2 worker processes (1 thread, CPU=1 each) on 127.0.0.1."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, resources={"CPU": 1}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.fixture
+def worker_pids(dask_address):
+    """The PIDs of the cluster's worker processes."""
+    from distributed import Client
+
+    with Client(dask_address) as client:
+        return set(client.run(os.getpid).values())
+
+
+@pytest.fixture
+def compss(monkeypatch):
+    """The pycompss test double on sys.path; yields its runtime control module."""
+    monkeypatch.syspath_prepend(str(COMPSS_DOUBLE))
+    _forget_compss()
+    from pycompss import runtime
+
+    yield runtime
+    runtime.stop()
+    _forget_compss()
+
+
+def _forget_compss() -> None:
+    for name in list(sys.modules):
+        if name.startswith("pycompss") or name == "hpo.engines._compss_tasks":
+            del sys.modules[name]
+
+
+def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra) -> dict:
+    """A small full-form space over the toy objectives."""
+    space = {
+        "name": name, "objective": objective, "metric": {"name": "value"},
+        "search": {"algorithm": "grid", "parallel": 2},
+        "space": {"x": [0, 1, 2, 3], "y": [-1, 0]},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(space.get(key), dict):
+            space[key] = {**space[key], **value}
+        else:
+            space[key] = value
+    return space

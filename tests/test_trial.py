@@ -1,0 +1,139 @@
+"""The trial wrapper: every outcome becomes a durable record, never an engine failure."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import optuna
+import pytest
+
+from hpo.store import open_storage
+from hpo.trial import Trial, TrialState, TrialTask, run_trial
+from hpo.trial._state import REPORT_ATTR, RUN_ATTR, STOP_ATTR
+
+
+def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
+    url = str(tmp_path / "journal.log")
+    study = optuna.create_study(study_name="s", storage=open_storage(url), direction="maximize",
+                                load_if_exists=True)
+    trial = study.ask()
+    return TrialTask(storage=url, study_name="s", study_id=study._study_id,
+                     trial_id=trial._trial_id, number=trial.number, config=config or {},
+                     objective=objective, metric="value",
+                     checkpoint_dir=str(tmp_path / "trials" / str(trial.number)), **settings)
+
+
+def fresh(task: TrialTask) -> optuna.trial.FrozenTrial:
+    """Read the trial back through a new storage object: what is on disk."""
+    backend = optuna.storages.journal.JournalFileBackend(task.storage)
+    return optuna.storages.JournalStorage(backend).get_trial(task.trial_id)
+
+
+def test_complete_trial_is_recorded_durably(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1, "steps": 4}, cpus=3)
+    outcome = run_trial(task)
+    stored = fresh(task)
+    run = stored.user_attrs[RUN_ATTR]
+    assert outcome.state is TrialState.COMPLETE and outcome.value == pytest.approx(0.0)
+    assert stored.state == optuna.trial.TrialState.COMPLETE and stored.value == pytest.approx(0.0)
+    assert stored.intermediate_values == {0: -0.75, 1: -0.5, 2: -0.25, 3: 0.0}
+    assert stored.user_attrs[f"{REPORT_ATTR}000002"] == {"value": -0.25}
+    assert run["host"] == socket.gethostname() and run["pid"] == os.getpid()
+    assert run["attempt"] == 1 and run["ended_at"] >= run["started_at"]
+    assert run["core_seconds"] == pytest.approx(3 * run["duration_s"]) and run["gpu_seconds"] == 0
+    assert run["metrics"] == {"value": 0.0} and run["error"] is None
+    assert os.path.isdir(task.checkpoint_dir)
+
+
+@pytest.mark.parametrize("objective, config, state, error_type, words", [
+    ("hpo.examples.toy:fail", {"fail": True}, TrialState.FAILED, "RuntimeError", "boom"),
+    ("hpo.examples.toy:nan", {}, TrialState.FAILED, "NonFiniteValue", "nan"),
+    ("hpo.examples.toy:sleep", {"sleep_s": 0}, TrialState.COMPLETE, None, None),
+    ("hpo.examples.sklearn_digits:no_such_function", {}, TrialState.FAILED, "SpaceError", "no callable"),
+])
+def test_user_errors_become_failed_records(tmp_path, objective, config, state, error_type, words):
+    task = make_task(tmp_path, objective, config)
+    outcome = run_trial(task)  # never raises because of user code
+    run = fresh(task).user_attrs[RUN_ATTR]
+    assert outcome.state is state
+    if error_type:
+        assert run["error"]["type"] == error_type and words in run["error"]["message"]
+    if error_type == "RuntimeError":
+        assert "Traceback" in run["error"]["traceback"] and "toy.py" in run["error"]["traceback"]
+
+
+def test_wrong_return_values_fail_with_the_reason(tmp_path):
+    task = make_task(tmp_path, lambda config, trial: {"accuracy": 0.9})
+    assert run_trial(task).state is TrialState.FAILED
+    error = fresh(task).user_attrs[RUN_ATTR]["error"]
+    assert error["type"] == "BadReturnValue" and "'value'" in error["message"]
+    task = make_task(tmp_path, lambda config, trial: "good")
+    assert run_trial(task).state is TrialState.FAILED
+
+
+def test_time_limit_kills_the_trial_and_records_timeout(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 60},
+                     time_limit_s=1.5, isolate=True)
+    began = time.monotonic()
+    outcome = run_trial(task)
+    run = fresh(task).user_attrs[RUN_ATTR]
+    assert outcome.state is TrialState.TIMEOUT and time.monotonic() - began < 30
+    assert run["timed_out"] and run["error"]["type"] == "TimeLimit"
+
+
+def test_isolated_trial_reports_from_its_own_process(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 1, "y": -1}, isolate=True)
+    outcome = run_trial(task)
+    assert outcome.state is TrialState.COMPLETE and outcome.value == pytest.approx(-1.0)
+    assert len(fresh(task).intermediate_values) == 3
+
+
+def test_finished_trial_run_again_is_counted_once(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1})
+    first = run_trial(task)
+    second = run_trial(task)  # e.g. an engine retry after the result was stored
+    assert second == first and fresh(task).user_attrs[RUN_ATTR]["attempt"] == 1
+
+
+def test_attempt_after_a_lost_worker_keeps_the_history(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+    lost = {"host": "node7", "pid": 1, "attempt": 1, "started_at": 1.0, "previous": []}
+    open_storage(task.storage).set_trial_user_attr(task.trial_id, RUN_ATTR, lost)
+    run_trial(task)
+    run = fresh(task).user_attrs[RUN_ATTR]
+    assert run["attempt"] == 2 and run["previous"][0]["host"] == "node7"
+
+
+def test_should_stop_sees_the_study_stop(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 0, "steps": 50})
+    open_storage(task.storage).set_study_user_attr(task.study_id, STOP_ATTR, {"reason": "target"})
+    run_trial(task)
+    stored = fresh(task)
+    assert len(stored.intermediate_values) == 1  # stopped at its first report
+    assert stored.state == optuna.trial.TrialState.COMPLETE
+    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "study stopped: target"
+
+
+def test_median_pruner_prunes_a_clearly_worse_curve(tmp_path):
+    pruning = {"pruner": "median", "min_steps": 0}
+    for x in (2, 2):
+        run_trial(make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": x, "y": -1, "steps": 6},
+                            early_stopping=pruning))
+    bad = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": -20, "y": -1, "steps": 6},
+                    early_stopping=pruning)
+    assert run_trial(bad).state is TrialState.PRUNED
+    stored = fresh(bad)
+    assert len(stored.intermediate_values) == 1
+    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "pruned"
+
+
+def test_report_rejects_wrong_types_precisely():
+    trial = Trial(0, {})
+    with pytest.raises(TypeError, match="step must be an int"):
+        trial.report(-1, value=1.0)
+    with pytest.raises(TypeError, match="metric 'acc' must be a number"):
+        trial.report(0, acc="high")
+    trial.report(0, acc=0.5, loss=1)
+    assert trial.reports == [(0, {"acc": 0.5, "loss": 1.0})] and not trial.should_stop()
