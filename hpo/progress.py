@@ -14,7 +14,10 @@ __all__ = ["ProgressLine"]
 
 
 class ProgressLine:
-    """``[#####.....] 5/12 done | 2 running | 0 failed | best val_accuracy=0.97 (#3) | 0:41``"""
+    """``[#####.....] 5/12 done | 3 in flight | 0 failed | best val_accuracy=0.97 (#3) | 0:41``
+
+    In flight: running, or prepared and queued in the engine.
+    """
 
     def __init__(self, total: int, metric: str, stream: TextIO | None = None,
                  enabled: bool = True, width: int = 20) -> None:
@@ -47,5 +50,5 @@ class ProgressLine:
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = int(time.monotonic() - self._started)
         best_text = f"best {self.metric}={best[1]:.4g} (#{best[0]})" if best else "best -"
-        return (f"[{bar}] {done}/{self.total} done | {running} running | {failed} failed | "
+        return (f"[{bar}] {done}/{self.total} done | {running} in flight | {failed} failed | "
                 f"{best_text} | {elapsed // 60}:{elapsed % 60:02d}")

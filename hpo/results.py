@@ -145,15 +145,19 @@ class StudyResult:
         return json.dumps({**self.summary(), "trials": [t.to_dict() for t in self.ranked()]}, indent=2)
 
     def to_csv(self) -> str:
-        names = sorted({k for t in self.trials for k in t.params})
-        metrics = sorted({k for t in self.trials for k in t.metrics})
-        columns = ["number", "state", "value", *names, *metrics, "host", "attempt",
-                   "started_at", "ended_at", "duration_s", "core_seconds", "gpu_seconds", "error"]
+        """One row per trial; parameters and metrics in ``params.*`` and
+        ``metrics.*`` columns, so their names never clash with the fixed ones."""
+        fixed = ["number", "state", "value", "host", "attempt", "started_at", "ended_at",
+                 "duration_s", "core_seconds", "gpu_seconds", "steps", "error"]
+        params = sorted({f"params.{k}" for t in self.trials for k in t.params})
+        metrics = sorted({f"metrics.{k}" for t in self.trials for k in t.metrics})
         out = io.StringIO()
-        writer = csv.DictWriter(out, columns, extrasaction="ignore")
+        writer = csv.DictWriter(out, fixed + params + metrics, extrasaction="ignore")
         writer.writeheader()
         for t in self.ranked():
-            row = {**t.to_dict(), **t.params, **t.metrics}
+            row = t.to_dict()
+            row.update({f"params.{k}": v for k, v in t.params.items()})
+            row.update({f"metrics.{k}": v for k, v in t.metrics.items()})
             writer.writerow(row)
         return out.getvalue()
 
@@ -161,6 +165,6 @@ class StudyResult:
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+    if isinstance(value, float):  # (+ 0.0 turns -0.0 into 0.0)
+        return f"{value + 0.0:.{digits}g}" if math.isfinite(value) else str(value)
     return str(value)

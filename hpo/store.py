@@ -98,6 +98,11 @@ class RunDir:
 
     def read(self) -> dict[str, Any]:
         """The ``study.json`` content; a clear error when this is no run directory."""
+        if not self.path.is_dir():
+            raise UsageError(
+                f"{self.path}: no such directory.\n"
+                "  fix: pass the directory `hpo run` created, e.g. runs/<study-name>"
+            )
         if not self.study_file.is_file():
             raise UsageError(
                 f"{self.path}: not a run directory (no {_STUDY_FILE}).\n"

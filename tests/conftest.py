@@ -62,7 +62,7 @@ def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra)
         "space": {"x": [0, 1, 2, 3], "y": [-1, 0]},
     }
     for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(space.get(key), dict):
+        if key in ("search", "metric") and isinstance(value, dict):
             space[key] = {**space[key], **value}
         else:
             space[key] = value

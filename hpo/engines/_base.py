@@ -27,7 +27,11 @@ class Engine(abc.ABC):
     reports_completion: bool = True
 
     def __enter__(self) -> "Engine":
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.shutdown()  # release what a half-done start acquired
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

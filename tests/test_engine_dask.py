@@ -1,0 +1,119 @@
+"""The dask engine on real scheduler and worker processes started by the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import hpo
+from hpo.engines._dask import DaskEngine
+from hpo.errors import EngineError
+from hpo.results import StudyResult
+from hpo.trial._state import RUN_ATTR
+from conftest import ROOT, toy_space
+
+
+@pytest.fixture(scope="module")
+def mixed_cluster(tmp_path_factory):
+    """A scheduler and two workers in their own processes; only one has a GPU."""
+    tmp = tmp_path_factory.mktemp("dask")
+    scheduler_file = tmp / "scheduler.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
+         "--scheduler-file", str(scheduler_file), "--dashboard-address", ":0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    _wait_for(scheduler_file.exists)
+    worker = [sys.executable, "-m", "distributed.cli.dask_worker", "--scheduler-file",
+              str(scheduler_file), "--nthreads", "1", "--nworkers", "1", "--host", "127.0.0.1",
+              "--no-dashboard", "--local-directory", str(tmp)]
+    procs.append(subprocess.Popen([*worker, "--resources", "GPU=1 CPU=1", "--name", "gpu-worker"],
+                                  env={**env, "CUDA_VISIBLE_DEVICES": "0"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs.append(subprocess.Popen([*worker, "--resources", "CPU=1", "--name", "cpu-worker"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    from distributed import Client
+
+    with Client(scheduler_file=str(scheduler_file)) as client:
+        client.wait_for_workers(2, timeout=60)
+        pids = client.run(os.getpid)
+        names = {w["name"]: pids[a] for a, w in client.scheduler_info()["workers"].items()}
+    yield str(scheduler_file), names
+    for proc in reversed(procs):  # workers first, then the scheduler; by PID
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_for(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("scheduler did not start")
+        time.sleep(0.1)
+
+
+def _pids(result_dir) -> dict[int, int]:
+    study = hpo.store.RunDir(result_dir).load_study()
+    return {t.number: t.user_attrs[RUN_ATTR]["pid"] for t in study.trials}
+
+
+def test_gpu_trials_run_only_on_the_worker_with_a_gpu(mixed_cluster, tmp_path):
+    scheduler_file, pids = mixed_cluster
+    space = toy_space("gpu", "hpo.examples.toy:sleep", resources={"gpus": 1},
+                      fixed={"sleep_s": 0.1}, space={"x": [0, 1, 2, 3]})
+    result = hpo.run(space, engine="dask", scheduler=scheduler_file, runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 4
+    assert set(_pids(tmp_path / "gpu").values()) == {pids["gpu-worker"]}
+    study = hpo.store.RunDir(tmp_path / "gpu").load_study()
+    assert all(t.user_attrs[RUN_ATTR]["gpus"] == ["0"] for t in study.trials)
+    assert all(r.gpu_seconds > 0 for r in result.trials)
+
+
+def test_cpu_trials_use_both_workers(mixed_cluster, tmp_path):
+    scheduler_file, pids = mixed_cluster
+    space = toy_space("cpu", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.3},
+                      space={"x": [0, 1, 2, 3, 4, 5]})
+    hpo.run(space, engine="dask", scheduler=scheduler_file, runs_dir=tmp_path, progress=False)
+    assert set(_pids(tmp_path / "cpu").values()) == set(pids.values())
+
+
+def test_unsatisfiable_resources_are_refused_before_submitting(mixed_cluster, tmp_path):
+    scheduler_file, _ = mixed_cluster
+    space = toy_space("greedy", resources={"gpus": 2})
+    with pytest.raises(EngineError, match="GPU=2"):
+        hpo.run(space, engine="dask", scheduler=scheduler_file, runs_dir=tmp_path, progress=False)
+    result = StudyResult.load(tmp_path / "greedy")
+    assert result.trials == []  # rejected before any trial was created
+
+
+def test_retries_map_to_dask_retries(dask_address, tmp_path):
+    from test_trial import make_task
+
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 3})
+    with DaskEngine(dask_address, retries=3) as engine:
+        future = engine.submit(task)
+        retries = None
+        for _ in range(100):  # submission reaches the scheduler asynchronously
+            retries = engine.client.run_on_scheduler(
+                lambda dask_scheduler, key=future.key:
+                    dask_scheduler.tasks[key].retries if key in dask_scheduler.tasks else None)
+            if retries is not None:
+                break
+            time.sleep(0.05)
+        engine.cancel(future)
+    assert retries == 3
+
+
+def test_embedded_cluster_without_gpus_refuses_gpu_studies(tmp_path):
+    with pytest.raises(EngineError, match="--scheduler"):
+        hpo.run(toy_space("nogpu", resources={"gpus": 1}), engine="dask", runs_dir=tmp_path,
+                progress=False)
