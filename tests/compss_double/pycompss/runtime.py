@@ -10,6 +10,7 @@ from pycompss.util.context import CONTEXT
 declared: dict[str, dict] = {}   # function name -> {"task": kwargs, "constraint": kwargs}
 submitted: list[dict] = []        # one entry per task call in master mode
 groups: dict[str, list] = {}
+waited_unfinished = 0             # compss_wait_on calls on futures not yet done
 workers = 2
 _pool: ThreadPoolExecutor | None = None
 
@@ -22,7 +23,8 @@ def start(n_workers: int = 2) -> None:
 
 
 def stop() -> None:
-    global _pool
+    global _pool, waited_unfinished
+    waited_unfinished = 0
     if _pool is not None:
         _pool.shutdown(wait=True, cancel_futures=True)
     _pool = None

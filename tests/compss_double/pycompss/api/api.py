@@ -10,6 +10,8 @@ from pycompss.util.context import CONTEXT
 
 
 def compss_wait_on(*args, **kwargs):
+    # hpo must only wait on finished futures (COMPSs has no wait-any): count the others.
+    runtime.waited_unfinished += sum(isinstance(a, Future) and not a.done() for a in args)
     values = [a.result() if isinstance(a, Future) else a for a in args]
     return values[0] if len(values) == 1 else values
 

@@ -26,7 +26,8 @@ class Task:
         def task_decorator(*args, **kwargs):
             if not CONTEXT.in_master():
                 return user_function(*args, **kwargs)  # sequential mode
-            constraints = getattr(user_function, "__compss_constraints__", {})
+            # @constraint sits above @task, so it marked this wrapper.
+            constraints = getattr(task_decorator, "__compss_constraints__", {})
             resolved = {k: _resolve_all(v) for k, v in constraints.items()}
             future = runtime.pool().submit(user_function, *args, **kwargs)
             runtime.submitted.append({"function": name, "constraints": resolved, "future": future})
