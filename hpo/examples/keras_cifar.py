@@ -29,8 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hpo.examples._data import load_cifar10, subsample  # noqa: E402
-from hpo.examples.keras_digits import best_epoch, epochs_from, make_optimizer  # noqa: E402
-from hpo.keras import HpoCallback  # noqa: E402
+from hpo.examples._training import epochs_from, fit  # noqa: E402
 
 __all__ = ["train", "build_model", "load_data"]
 
@@ -71,24 +70,10 @@ def build_model() -> keras.Model:
 def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
     """Train the study's CIFAR-10 CNN; report every epoch; return the best epoch's metrics."""
     keras.utils.set_random_seed(int(config.get("seed", 0)))
-    (x_train, y_train), (x_val, y_val) = load_data(config)
     optimizer = str(config.get("optimizer", "RMSprop"))
     learning_rate = config.get("learning_rate")
     if learning_rate is None and optimizer.lower() == "rmsprop":
         learning_rate = 1e-4
-    model = build_model()
-    model.compile(
-        optimizer=make_optimizer(optimizer, learning_rate),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    history = model.fit(
-        x_train,
-        y_train,
-        validation_data=(x_val, y_val),
-        epochs=epochs_from(config, 10),
-        batch_size=int(config.get("batch_size", 32)),
-        callbacks=[HpoCallback(trial)],
-        verbose=0,
-    )
-    return best_epoch(history)
+    return fit(build_model(), load_data(config), trial, optimizer=optimizer,
+               learning_rate=learning_rate, epochs=epochs_from(config, 10),
+               batch_size=config.get("batch_size", 32))

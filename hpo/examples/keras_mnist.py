@@ -30,8 +30,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from hpo.examples._data import load_mnist, subsample  # noqa: E402
-from hpo.examples.keras_digits import best_epoch, epochs_from, make_optimizer  # noqa: E402
-from hpo.keras import HpoCallback  # noqa: E402
+from hpo.examples._training import epochs_from, fit  # noqa: E402
 
 __all__ = ["train", "train_cnn", "build_mlp", "build_cnn", "load_data"]
 
@@ -85,22 +84,9 @@ def build_cnn(input_shape: tuple[int, ...] = (28, 28, 1)) -> keras.Model:
 
 
 def _fit(model: keras.Model, config: dict[str, Any], trial: Any, data) -> dict[str, float]:
-    (x_train, y_train), (x_val, y_val) = data
-    model.compile(
-        optimizer=make_optimizer(config.get("optimizer", "Adam"), config.get("learning_rate")),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    history = model.fit(
-        x_train,
-        y_train,
-        validation_data=(x_val, y_val),
-        epochs=epochs_from(config, 5),
-        batch_size=int(config.get("batch_size", 128)),
-        callbacks=[HpoCallback(trial)],
-        verbose=0,
-    )
-    return best_epoch(history)
+    return fit(model, data, trial, optimizer=config.get("optimizer", "Adam"),
+               learning_rate=config.get("learning_rate"), epochs=epochs_from(config, 5),
+               batch_size=config.get("batch_size", 128))
 
 
 def train(config: dict[str, Any], trial: Any) -> dict[str, float]:

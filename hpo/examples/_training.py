@@ -1,0 +1,59 @@
+"""The training loop the Keras examples share: compile, fit with reports, best epoch."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+from typing import Any  # noqa: E402
+
+import keras  # noqa: E402
+
+from hpo.keras import HpoCallback  # noqa: E402
+
+__all__ = ["fit", "make_optimizer", "best_epoch", "epochs_from"]
+
+_OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
+
+
+def fit(model: keras.Model, data, trial: Any, *, optimizer: str, learning_rate: float | None,
+        epochs: int, batch_size: int) -> dict[str, float]:
+    """Train ``model`` on ``((x_train, y_train), (x_val, y_val))``, reporting every
+    epoch to ``trial`` and stopping when it says so; return the best epoch's logs."""
+    (x_train, y_train), (x_val, y_val) = data
+    model.compile(optimizer=make_optimizer(optimizer, learning_rate),
+                  loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=epochs,
+                        batch_size=int(batch_size), callbacks=[HpoCallback(trial)], verbose=0)
+    return best_epoch(history)
+
+
+def make_optimizer(name: str, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
+    """Return a fresh Keras optimizer from a case-insensitive name (Adam, SGD, RMSprop)."""
+    key = str(name).lower()
+    if key not in _OPTIMIZERS:
+        raise ValueError(
+            f"unknown optimizer {name!r}; choose one of {', '.join(_OPTIMIZERS.values())}"
+        )
+    cls = getattr(keras.optimizers, _OPTIMIZERS[key])
+    return cls() if learning_rate is None else cls(learning_rate=float(learning_rate))
+
+
+def best_epoch(history: keras.callbacks.History) -> dict[str, float]:
+    """Return the logs of the epoch with the highest ``val_accuracy`` (first on ties)."""
+    logs = history.history
+    if not logs.get("val_accuracy"):
+        raise RuntimeError("training ran no epoch: nothing to return")
+    scores = logs["val_accuracy"]
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    return {name: float(values[best]) for name, values in logs.items() if len(values) > best}
+
+
+def epochs_from(config: dict[str, Any], default: int) -> int:
+    """Read ``num_epochs`` from the config, checking it is at least 1."""
+    epochs = int(config.get("num_epochs", default))
+    if epochs < 1:
+        raise ValueError(f"num_epochs must be at least 1, got {epochs}")
+    return epochs
