@@ -13,7 +13,7 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[keras,test]'
+	$(PY) -m pip install --quiet -e '.[keras,postgres,test]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -102,7 +102,7 @@ def main() -> None:
 
     started = time.perf_counter()
     cluster = LocalCluster(n_workers=SLOTS, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=None, resources={"CPU": 1})
+                           host="127.0.0.1", dashboard_address=":0", resources={"CPU": 1})
     client = Client(cluster)
     print(f"dask LocalCluster start-up: {time.perf_counter() - started:.2f} s (not in the figures)")
 

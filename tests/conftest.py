@@ -23,7 +23,7 @@ def dask_address():
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None, resources={"CPU": 1}) as cluster:
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
         yield cluster.scheduler_address
 
 

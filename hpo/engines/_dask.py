@@ -66,7 +66,8 @@ class DaskEngine(Engine):
             n = self.workers or max(1, (os.cpu_count() or 1) // self.cpus)
             self._cluster = LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, resources={"CPU": self.cpus},
+                dashboard_address=":0",  # a free port: studies on one node never clash
+                resources={"CPU": self.cpus},
             )
             self.client = Client(self._cluster)
         else:
