@@ -2,7 +2,9 @@
 
 Layout of a run directory (``runs/<study-name>/``)::
 
-    study.json     the normalised space and the storage URL (written once)
+    study.json     the normalised space and the storage URL (written once; the
+                   default journal is recorded relative to the directory, so a
+                   run directory copied elsewhere still opens)
     journal.log    Optuna journal (the default storage; fsync'd appends, safe on
                    NFS/GPFS across nodes thanks to its symlink lock)
     trials/<n>/    per-trial checkpoint directories
@@ -90,11 +92,16 @@ class RunDir:
                     f"{self.path} uses storage {existing['storage']!r}, not {storage!r}.\n"
                     "  fix: drop --storage to resume, or use another run directory"
                 )
-            return existing["storage"]
+            return self.storage_url()
         self.path.mkdir(parents=True, exist_ok=True)
-        url = storage or str((self.path / JOURNAL_FILE).resolve())
-        _write_atomically(self.study_file, {"spec": spec, "storage": url})
-        return url
+        _write_atomically(self.study_file, {"spec": spec, "storage": storage or JOURNAL_FILE})
+        return self.storage_url()
+
+    def storage_url(self) -> str:
+        """The storage URL, with the default journal as an absolute path
+        (workers on other nodes run in other directories)."""
+        url = self.read()["storage"]
+        return url if "://" in url else str((self.path / url).resolve())
 
     def read(self) -> dict[str, Any]:
         """The ``study.json`` content; a clear error when this is no run directory."""
@@ -112,8 +119,8 @@ class RunDir:
 
     def load_study(self) -> optuna.Study:
         """The Optuna study stored for this run directory."""
-        facts = self.read()
-        return optuna.load_study(study_name=facts["spec"]["name"], storage=open_storage(facts["storage"]))
+        name = self.read()["spec"]["name"]
+        return optuna.load_study(study_name=name, storage=open_storage(self.storage_url()))
 
 
 def _write_atomically(path: Path, data: dict[str, Any]) -> None:

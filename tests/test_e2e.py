@@ -16,9 +16,9 @@ from conftest import ROOT, toy_space
 
 def stored_trials(run_dir) -> list[optuna.trial.FrozenTrial]:
     """The trials as on disk, read through a new storage object."""
-    facts = RunDir(run_dir).read()
-    backend = optuna.storages.journal.JournalFileBackend(facts["storage"])
-    study = optuna.load_study(study_name=facts["spec"]["name"],
+    run = RunDir(run_dir)
+    backend = optuna.storages.journal.JournalFileBackend(run.storage_url())
+    study = optuna.load_study(study_name=run.read()["spec"]["name"],
                               storage=optuna.storages.JournalStorage(backend))
     return study.get_trials()
 

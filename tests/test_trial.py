@@ -137,3 +137,11 @@ def test_report_rejects_wrong_types_precisely():
         trial.report(0, acc="high")
     trial.report(0, acc=0.5, loss=1)
     assert trial.reports == [(0, {"acc": 0.5, "loss": 1.0})] and not trial.should_stop()
+
+
+def test_isolated_trial_returning_something_unpicklable_fails_clearly(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0}, isolate=True)
+    task = TrialTask(**{**task.__dict__, "objective": lambda config, trial: (lambda: 1)})
+    assert run_trial(task).state is TrialState.FAILED
+    error = fresh(task).user_attrs[RUN_ATTR]["error"]
+    assert error["type"] == "BadReturnValue" and "lambda" in error["message"]
