@@ -53,6 +53,11 @@ class Searcher(abc.ABC):
     including those of an earlier, interrupted run of the same study.
     """
 
+    #: Whether proposals learn from results. Adaptive ones are sampled on the
+    #: stored trial inside Optuna's ``study.ask`` (TPE reads it); the others are
+    #: chosen first and the trial is created with them in one journal write.
+    adaptive = False
+
     def __init__(self, study: optuna.Study, distributions: dict[str, optuna.distributions.BaseDistribution]):
         self.study = study
         self.distributions = distributions
@@ -63,18 +68,31 @@ class Searcher(abc.ABC):
         """Store and return the next configuration, or None when none is left."""
         if self._exhausted():
             return None
-        trial = self.study.ask(fixed_distributions=self.distributions)
-        params = dict(trial.params)
+        if self.adaptive:
+            trial = self.study.ask(fixed_distributions=self.distributions)
+            trial_id, number, params = trial._trial_id, trial.number, dict(trial.params)
+        else:
+            params = self._propose(self.study, None)
+            trial_id, number = self._store(params)
         self._seen.add(_key(params))
-        return Proposal(trial._trial_id, trial.number, params)
+        return Proposal(trial_id, number, params)
+
+    def _store(self, params: dict[str, Any]) -> tuple[int, int]:
+        template = optuna.trial.create_trial(
+            state=optuna.trial.TrialState.RUNNING, params=params, distributions=self.distributions,
+        )
+        storage = self.study._storage
+        trial_id = storage.create_new_trial(self.study._study_id, template_trial=template)
+        return trial_id, storage.get_trial_number_from_id(trial_id)
 
     @abc.abstractmethod
     def _exhausted(self) -> bool:
         """Whether no unseen configuration is left."""
 
     @abc.abstractmethod
-    def _propose(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
-        """The configuration of ``trial``, just created in the store, not yet seen."""
+    def _propose(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | None) -> dict[str, Any]:
+        """A configuration not seen yet: for ``trial``, just created in the store,
+        when adaptive; else (``trial`` None) for a trial about to be created."""
 
     def _is_new(self, params: dict[str, Any]) -> bool:
         return _key(params) not in self._seen

@@ -46,6 +46,7 @@ class SamplerSearcher(Searcher):
                  grid: Sequence[dict[str, Any]] | None, seed: int | None) -> None:
         super().__init__(study, distributions)
         self._inner = inner
+        self.adaptive = not isinstance(inner, optuna.samplers.RandomSampler)
         self._grid = grid
         self._rng = random.Random(seed)
 
