@@ -90,11 +90,11 @@ def run(
                    seed=seed, timeout_s=timeout_s, name=name,
                    objective=objective if isinstance(objective, str) else None)
     resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
+    chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
     run_dir = RunDir(Path(runs_dir) / spec.name)
     record = spec.to_dict()
     record["objective"] = reference_of(objective or spec.objective)
     storage_url = run_dir.create(record, storage)
-    chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
     controller = Controller(spec, run_dir, storage_url, chosen,
                             objective=objective if callable(objective) else None, progress=progress)
     return controller.run()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpo`` console script; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -29,9 +31,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"hpo: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated) as exc:
+        # The engine was shut down on the way out; the store has every result.
         print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, _Terminated) else 130
+
+
+class _Terminated(Exception):
+    """SIGTERM (kill, or SLURM before the walltime): leave as cleanly as on Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise _Terminated()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,7 +114,7 @@ def _print_best(result, run_dir: Path) -> None:
     if result.stop:
         print(f"stopped early: {result.stop['reason']}")
     if result.best:
-        print(f"best: trial {result.best.number}, {result.metric}={result.best.value:.6g}, "
+        print(f"best: trial {result.best.number}, {result.metric}={result.best.value + 0.0:.6g}, "
               f"config {json.dumps(result.best.params)}")
     print(f"details: hpo status {run_dir}")
 

@@ -77,3 +77,15 @@ def test_target_stop_cancels_the_queued_groups(compss, tmp_path):
     assert result.counts["COMPLETE"] + result.counts["CANCELLED"] == len(result.trials) < 8
     study = hpo.store.RunDir(tmp_path / "target").load_study()
     assert all(RUN_ATTR not in t.user_attrs for t in study.trials if t.number > 1)
+
+
+def test_compss_engine_without_pycompss_is_a_clear_error(tmp_path):
+    with pytest.raises(hpo.UsageError, match="runcompss"):
+        hpo.run(toy_space("nocompss"), engine="compss", runs_dir=tmp_path, progress=False)
+    assert not (tmp_path / "nocompss").exists()  # rejected before anything was created
+
+
+def test_workers_and_scheduler_together_are_refused(tmp_path):
+    with pytest.raises(hpo.UsageError, match="--workers"):
+        hpo.run(toy_space("both"), engine="dask", scheduler="tcp://127.0.0.1:1", workers=2,
+                runs_dir=tmp_path, progress=False)

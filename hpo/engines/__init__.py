@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
 
 from hpo.engines._base import Engine
@@ -30,12 +31,19 @@ def make_engine(name: str, spec: "StudySpec", scheduler: str | None = None,
     resources = spec.resources
     if scheduler and name != "dask":
         raise UsageError(f"--scheduler is for the dask engine, not {name!r}.\n  fix: add --engine dask")
+    if scheduler and workers:
+        raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
+                         "workers are used.\n  fix: drop one of --workers and --scheduler")
     if name == "dask":
         from hpo.engines._dask import DaskEngine
 
         return DaskEngine(scheduler, workers or spec.search.parallel, resources.cpus,
                           resources.gpus, spec.retries)
     if name == "compss":
+        if importlib.util.find_spec("pycompss") is None:
+            raise UsageError("the compss engine needs PyCOMPSs, which is not installed here.\n"
+                             "  fix: run under a COMPSs installation (runcompss hpo_main.py SPACE), "
+                             "or use --engine dask")
         from hpo.engines._compss import CompssEngine
 
         return CompssEngine(resources.cpus, resources.gpus, resources.memory_gb,
