@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpo.errors import UsageError
+from hpo.trial import TrialState
 
 __all__ = ["main"]
 
@@ -105,7 +106,8 @@ def _run(args: argparse.Namespace) -> int:
                  storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet)
     print(result.table(limit=20))
     _print_best(result, run_dir)
-    return 0
+    # Trials ran and none completed: a batch script should notice.
+    return 1 if result.trials and result.best is None else 0
 
 
 def _print_best(result, run_dir: Path) -> None:
@@ -113,6 +115,9 @@ def _print_best(result, run_dir: Path) -> None:
     print(f"\n{len(result.trials)} trials: {counts or 'none'}")
     if result.stop:
         print(f"stopped early: {result.stop['reason']}")
+    failed = [t for t in result.trials if t.state in (TrialState.FAILED, TrialState.TIMEOUT)]
+    if failed:
+        print(f"first failure: trial {failed[0].number}: {failed[0].error}")
     if result.best:
         print(f"best: trial {result.best.number}, {result.metric}={result.best.value + 0.0:.6g}, "
               f"config {json.dumps(result.best.params)}")

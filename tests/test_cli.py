@@ -28,9 +28,10 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 TIMEOUT = 120
 
 
-def run(*args: str | Path, cmd: list[str] = HPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+def run(*args: str | Path, cmd: list[str] = HPO,
+        env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, env={**ENV, **(env_extra or {})},
+                          capture_output=True, text=True, timeout=TIMEOUT)
 
 
 def hpo_main(*args: str | Path) -> subprocess.CompletedProcess:
@@ -277,3 +278,13 @@ def test_failing_trial_does_not_crash_the_study(tmp_path):
     failed = [t for t in trials if t["state"] == "FAILED"]
     assert len(failed) == 1 and failed[0]["params"] == {"fail": True}
     assert "boom" in failed[0]["error"] and "RuntimeError" in failed[0]["error"]
+
+
+def test_study_where_every_trial_fails_exits_1_with_the_reason(tmp_path):
+    space = tmp_path / "mnist.json"
+    space.write_text('{"name": "nodata", "space": {"optimizer": ["Adam"], "batch_size": [32, 64]}}')
+    proc = run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs", "--quiet",
+               env_extra={"HPO_MNIST_PATH": str(tmp_path / "absent")})
+    assert proc.returncode == 1, proc.stderr
+    assert "2 failed" in proc.stdout and "first failure: trial 0: FileNotFoundError" in proc.stdout
+    assert "HPO_MNIST_PATH" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
