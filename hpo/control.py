@@ -135,9 +135,9 @@ class Controller:
     def _collect(self, study: optuna.Study, number: int) -> tuple[TrialState, float | None]:
         flight = self._in_flight.pop(number)
         try:
-            self.engine.result(flight.handle)
+            self.engine.settle(flight.handle)
         except Exception as exc:  # the task itself failed: worker lost too often, etc.
-            _end_trial(study._storage, flight.trial_id, "engine", f"{type(exc).__name__}: {exc}")
+            _fail_lost_trial(study._storage, flight.trial_id, f"{type(exc).__name__}: {exc}")
         trial = study._storage.get_trial(flight.trial_id)
         return TrialState.of(trial), trial.value if trial.values else None
 
@@ -183,8 +183,8 @@ class _Tally:
         self.counted += 1
         self.failed += state in (TrialState.FAILED, TrialState.TIMEOUT)
         if state is TrialState.COMPLETE:
-            better = max if direction == optuna.study.StudyDirection.MAXIMIZE else min
-            if self.best is None or better(value, self.best[1]) != self.best[1]:
+            maximize = direction == optuna.study.StudyDirection.MAXIMIZE
+            if self.best is None or (value > self.best[1] if maximize else value < self.best[1]):
                 self.best = (number, value)
 
     def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:
@@ -203,14 +203,20 @@ def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> 
 
 
 def _end_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str, message: str) -> None:
-    """Mark a trial ended by the master (cancelled, interrupted, lost by the engine)."""
+    """End a trial without a result: "cancelled" or "interrupted" (see ENDED_BY_ATTR)."""
     try:
-        if reason in ("cancelled", "interrupted"):
-            storage.set_trial_user_attr(trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
-        else:
-            run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
-            run["error"] = {"type": "EngineError", "message": message}
-            storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
+        storage.set_trial_user_attr(trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
+        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass  # the worker finished it meanwhile: its record wins
+
+
+def _fail_lost_trial(storage: optuna.storages.BaseStorage, trial_id: int, message: str) -> None:
+    """Record a trial whose task the engine could not run to the end as FAILED."""
+    try:
+        run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
+        run["error"] = {"type": "EngineError", "message": message}
+        storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
         storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         pass  # the worker finished it meanwhile: its record wins

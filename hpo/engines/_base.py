@@ -1,7 +1,9 @@
 """The engine interface: how trial tasks run (Parsl's executor shape).
 
 An engine starts, submits trial tasks and returns opaque handles, says which
-handles finished when it can, gives their results, cancels, and shuts down.
+handles finished when it can, settles finished ones, cancels, and shuts down.
+Trial outcomes are not passed back through the engine: the worker wrote them
+to the store, which the master reads.
 Nothing outside ``hpo.engines`` imports an engine class directly.
 """
 
@@ -11,7 +13,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from hpo.trial import TrialOutcome, TrialTask
+from hpo.trial import TrialTask
 
 __all__ = ["Engine"]
 
@@ -54,9 +56,9 @@ class Engine(abc.ABC):
         """Block up to ``timeout`` s; return the handles known to be finished."""
 
     @abc.abstractmethod
-    def result(self, handle: Handle) -> TrialOutcome | None:
-        """The outcome of a finished task (None if the engine leaves it to the
-        store); raises if the task itself failed."""
+    def settle(self, handle: Handle) -> None:
+        """Gather a finished task: raise if the task itself failed (not the
+        trial: user errors are records), and release what the engine holds."""
 
     @abc.abstractmethod
     def cancel(self, handle: Handle) -> None:

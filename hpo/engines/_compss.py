@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from hpo.engines._base import Engine
-from hpo.trial import TrialOutcome, TrialTask
+from hpo.trial import TrialTask
 
 __all__ = ["CompssEngine", "under_compss_runtime"]
 
@@ -68,8 +68,8 @@ class CompssEngine(Engine):
         time.sleep(timeout)  # no wait-any in COMPSs: the caller polls the store
         return []
 
-    def result(self, handle) -> TrialOutcome:
-        return self._api.compss_wait_on(handle[1])
+    def settle(self, handle) -> None:
+        self._api.compss_wait_on(handle[1])  # finished already: the store said so
 
     def cancel(self, handle) -> None:
         self._api.compss_cancel_group(handle[0])

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from hpo.engines._base import Engine
 from hpo.errors import EngineError
-from hpo.trial import TrialOutcome, TrialTask, run_trial
+from hpo.trial import TrialTask, run_trial
 
 __all__ = ["DaskEngine"]
 
@@ -71,7 +71,7 @@ class DaskEngine(Engine):
             )
             self.client = Client(self._cluster)
         else:
-            self.client = _connect(Client, self.scheduler)
+            self.client = _connect(self.scheduler)
             self.client.wait_for_workers(1, timeout=120)
         self._plan_resources()
 
@@ -119,13 +119,10 @@ class DaskEngine(Engine):
         wanted = {h.key for h in handles}
         return [f for f in finished if f.key in wanted]
 
-    def result(self, handle) -> TrialOutcome | None:
-        """Raises if the task failed; a successful outcome is read from the store
-        instead of being fetched from the worker."""
+    def settle(self, handle) -> None:
         try:
             if handle.status != "finished":
-                handle.result()
-            return None
+                handle.result()  # raises the task's error; a success is not fetched
         finally:
             handle.release()  # don't keep results on workers (lost workers would recompute them)
 
@@ -140,12 +137,14 @@ class DaskEngine(Engine):
         self.client = self._cluster = None
 
 
-def _connect(client_class, scheduler: str):
+def _connect(scheduler: str):
+    from distributed import Client
+
     if Path(scheduler).is_file():
-        return client_class(scheduler_file=scheduler)
+        return Client(scheduler_file=scheduler)
     if "://" not in scheduler and ":" not in scheduler:
         raise EngineError(
             f"--scheduler {scheduler!r} is neither an existing scheduler file nor an address.\n"
             "  fix: pass tcp://HOST:PORT or the path given to `dask scheduler --scheduler-file`"
         )
-    return client_class(scheduler)
+    return Client(scheduler)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from hpo.engines._base import Engine
-from hpo.trial import TrialOutcome, TrialTask, run_trial
+from hpo.trial import TrialTask, run_trial
 
 
 class InlineEngine(Engine):
@@ -34,8 +34,8 @@ class InlineEngine(Engine):
     def wait(self, handles, timeout):
         return [h for h in handles if h.done()]
 
-    def result(self, handle: Future) -> TrialOutcome:
-        return handle.result()
+    def settle(self, handle: Future) -> None:
+        handle.result()
 
     def cancel(self, handle: Future) -> None:
         handle.cancel()
