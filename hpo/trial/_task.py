@@ -83,15 +83,15 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     if stored.state.is_finished():
         # Re-executed by an engine retry after the result was already stored:
         # keep the first result, so a trial is counted once.
-        return _outcome_of(storage.get_trial(task.trial_id))
+        return _outcome_of(stored)
     run = _start_record(task, stored)
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
-    started = time.time()
     result = _run_isolated(task) if task.isolate else _run_here(task)
     state, value = _classify(result, task.metric)
-    duration = time.time() - started
+    ended = time.time()
+    duration = ended - run["started_at"]
     run.update(
-        ended_at=time.time(), duration_s=duration, core_seconds=duration * task.cpus,
+        ended_at=ended, duration_s=duration, core_seconds=duration * task.cpus,
         gpu_seconds=duration * task.gpus, metrics=result.metrics, error=result.error,
         stop_reason=result.stop_reason, timed_out=result.timed_out,
     )
