@@ -113,7 +113,22 @@ def test_retries_map_to_dask_retries(dask_address, tmp_path):
     assert retries == 3
 
 
-def test_embedded_cluster_without_gpus_refuses_gpu_studies(tmp_path):
-    with pytest.raises(EngineError, match="--scheduler"):
-        hpo.run(toy_space("nogpu", resources={"gpus": 1}), engine="dask", runs_dir=tmp_path,
+def test_embedded_cluster_gives_each_worker_its_own_gpus(tmp_path, monkeypatch):
+    # Device ids are only labels to Dask and to the trial: faked ones exercise the path.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    space = toy_space("gpus", "hpo.examples.toy:sleep", resources={"gpus": 1},
+                      fixed={"sleep_s": 0.5}, space={"x": [0, 1, 2, 3]})
+    result = hpo.run(space, engine="dask", runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 4
+    study = hpo.store.RunDir(tmp_path / "gpus").load_study()
+    assigned = [t.user_attrs[RUN_ATTR]["gpus"] for t in study.trials]
+    assert sorted(map(tuple, assigned)) == [("3",), ("3",), ("5",), ("5",)]
+    spans = sorted((t.started_at, t.ended_at) for t in result.trials)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))  # both GPUs busy at once
+
+
+def test_embedded_cluster_without_enough_gpus_refuses_gpu_studies(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(EngineError, match="shows 1"):
+        hpo.run(toy_space("nogpu", resources={"gpus": 2}), engine="dask", runs_dir=tmp_path,
                 progress=False)

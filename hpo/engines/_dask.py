@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import subprocess
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,10 +29,12 @@ class DaskEngine(Engine):
     ----------
     scheduler:
         Address (``tcp://host:8786``) or scheduler-file path of a running
-        scheduler; None starts a LocalCluster on 127.0.0.1.
+        scheduler; None starts a cluster on 127.0.0.1: for CPU trials a
+        LocalCluster, for GPU trials one worker per group of ``gpus`` visible
+        GPUs, each with its own ``CUDA_VISIBLE_DEVICES``.
     workers:
-        Worker processes of the LocalCluster (default: one per trial slot that
-        fits the machine's cores).
+        Worker processes of the embedded cluster (default: one per trial slot
+        that fits the machine's cores, or its GPUs).
     cpus, gpus:
         What each trial needs.
     retries:
@@ -53,27 +56,47 @@ class DaskEngine(Engine):
         self._done: queue.Queue = queue.Queue()
 
     def start(self) -> None:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         if self.scheduler is None:
-            if self.gpus:
-                raise EngineError(
-                    f"the study asks for {self.gpus} GPU(s) per trial, and the embedded Dask "
-                    "cluster has none.\n  fix: start one worker per GPU with "
-                    "`CUDA_VISIBLE_DEVICES=i dask worker --resources GPU=1 ...` and pass "
-                    "--scheduler ADDRESS_OR_FILE"
-                )
-            n = self.workers or max(1, (os.cpu_count() or 1) // self.cpus)
-            self._cluster = LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=":0",  # a free port: studies on one node never clash
-                resources={"CPU": self.cpus},
-            )
+            self._cluster = self._local_gpu_cluster() if self.gpus else self._local_cpu_cluster()
             self.client = Client(self._cluster)
         else:
             self.client = _connect(self.scheduler)
             self.client.wait_for_workers(1, timeout=120)
         self._plan_resources()
+
+    def _local_cpu_cluster(self):
+        from distributed import LocalCluster
+
+        n = self.workers or max(1, (os.cpu_count() or 1) // self.cpus)
+        return LocalCluster(
+            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=":0",  # a free port: studies on one node never clash
+            resources={"CPU": self.cpus},
+        )
+
+    def _local_gpu_cluster(self):
+        """One worker per group of ``gpus`` visible GPUs, each seeing only its own
+        (``CUDA_VISIBLE_DEVICES``), with a ``GPU`` resource."""
+        from distributed import Nanny, Scheduler, SpecCluster
+
+        ids = visible_gpus()
+        groups = [ids[i:i + self.gpus] for i in range(0, len(ids) - self.gpus + 1, self.gpus)]
+        if not groups:
+            raise EngineError(
+                f"the study asks for {self.gpus} GPU(s) per trial, and this machine shows "
+                f"{len(ids)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower \"resources\": "
+                "{\"gpus\": ...}, or start workers with --resources GPU=N and pass --scheduler"
+            )
+        workers = {
+            f"gpu-{'-'.join(group)}": {"cls": Nanny, "options": {
+                "nthreads": 1, "host": "127.0.0.1", "env": {"CUDA_VISIBLE_DEVICES": ",".join(group)},
+                "resources": {"GPU": self.gpus, "CPU": self.cpus}}}
+            for group in groups[: self.workers or len(groups)]
+        }
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
+        return SpecCluster(scheduler=scheduler, workers=workers)
 
     def _plan_resources(self) -> None:
         """Decide what each task requests, and how many fit, from the workers."""
@@ -135,6 +158,18 @@ class DaskEngine(Engine):
         if self._cluster is not None:
             self._cluster.close()
         self.client = self._cluster = None
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [i for i in listed.replace(" ", "").split(",") if i and i != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
 def _connect(scheduler: str):
