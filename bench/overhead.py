@@ -9,8 +9,10 @@ makespan is N * T / P. Contenders, interleaved in one run on the same machine:
 - plain Dask ``client.map`` on the same cluster;
 - Ray Tune, when installed (``pip install 'hpo[bench]'``).
 
-Run: ``python bench/overhead.py [--repeats R]``. The figures are medians over R
-rounds. The last line is ``overhead_pct=<hpo's overhead at 200 x 0.1 s>``.
+Run: ``python bench/overhead.py [--repeats R] [--contenders hpo,ray]
+[--workloads 200x0.1]``. The figures are medians over R rounds; contenders are
+chosen by name prefix. The last line is ``overhead_pct=<hpo's overhead at the
+first workload>``.
 """
 
 from __future__ import annotations
@@ -72,14 +74,14 @@ def run_dask_map(n: int, t: float, client: Client) -> None:
     client.gather(futures)
 
 
-def ray_runner() -> Callable[[int, float], None] | None:
+def ray_runner() -> Callable[[int, float, Path], None] | None:
     try:
         import ray
         from ray import tune
     except ImportError:
         return None
 
-    def run_ray(n: int, t: float) -> None:
+    def run_ray(n: int, t: float, tmp: Path) -> None:
         if not ray.is_initialized():
             ray.init(num_cpus=SLOTS, include_dashboard=False, logging_level=logging.ERROR)
 
@@ -88,7 +90,8 @@ def ray_runner() -> Callable[[int, float], None] | None:
             return {"value": config["x"]}
 
         tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(n)))},
-                   tune_config=tune.TuneConfig(max_concurrent_trials=SLOTS)).fit()
+                   tune_config=tune.TuneConfig(max_concurrent_trials=SLOTS),
+                   run_config=tune.RunConfig(storage_path=str(tmp / "ray"), verbose=0)).fit()
 
     return run_ray
 
@@ -96,7 +99,11 @@ def ray_runner() -> Callable[[int, float], None] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
+    parser.add_argument("--workloads", help="comma-separated NxT, e.g. 200x0.1 (default: both)")
     args = parser.parse_args()
+    workloads = WORKLOADS if not args.workloads else [
+        (int(n), float(t)) for n, t in (w.split("x") for w in args.workloads.split(","))]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
@@ -116,12 +123,15 @@ def main() -> None:
         }
         ray = ray_runner()
         if ray:
-            contenders["ray tune (defaults)"] = ray
+            contenders["ray tune (defaults)"] = lambda n, t: ray(n, t, tmp)
         else:
             print("ray tune: not installed (pip install 'hpo[bench]'), left out")
+        if args.contenders:
+            prefixes = args.contenders.split(",")
+            contenders = {k: v for k, v in contenders.items() if k.startswith(tuple(prefixes))}
 
         overheads: dict[tuple[int, float], float] = {}
-        for n, t in WORKLOADS:
+        for n, t in workloads:
             ideal = n * t / SLOTS
             times: dict[str, list[float]] = {name: [] for name in contenders}
             for _ in range(args.repeats):
@@ -141,7 +151,8 @@ def main() -> None:
                     overheads[(n, t)] = pct
     client.close()
     cluster.close()
-    print(f"overhead_pct={overheads[WORKLOADS[0]]:.1f}")
+    if workloads[0] in overheads:
+        print(f"overhead_pct={overheads[workloads[0]]:.1f}")
 
 
 if __name__ == "__main__":
