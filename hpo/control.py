@@ -204,19 +204,19 @@ def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> 
 
 def _end_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str, message: str) -> None:
     """End a trial without a result: "cancelled" or "interrupted" (see ENDED_BY_ATTR)."""
-    try:
-        storage.set_trial_user_attr(trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
-        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        pass  # the worker finished it meanwhile: its record wins
+    _fail(storage, trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
 
 
 def _fail_lost_trial(storage: optuna.storages.BaseStorage, trial_id: int, message: str) -> None:
     """Record a trial whose task the engine could not run to the end as FAILED."""
+    run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
+    _fail(storage, trial_id, RUN_ATTR, {**run, "error": {"type": "EngineError", "message": message}})
+
+
+def _fail(storage: optuna.storages.BaseStorage, trial_id: int, key: str, value: Any) -> None:
+    """Write why a trial ended, then end it as FAIL, unless a worker finished it first."""
     try:
-        run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
-        run["error"] = {"type": "EngineError", "message": message}
-        storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
+        storage.set_trial_user_attr(trial_id, key, value)
         storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         pass  # the worker finished it meanwhile: its record wins

@@ -29,6 +29,7 @@ from typing import Any, Callable, NoReturn
 from optuna.distributions import BaseDistribution
 
 from hpo.errors import SpaceError, closest
+from hpo.pruning import PRUNERS
 from hpo.space._grid import Grid
 from hpo.space._params import (
     Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
@@ -43,7 +44,6 @@ __all__ = [
 ALGORITHMS = ("grid", "random", "bayesian")
 SAMPLERS = ("tpe", "gp")
 DIRECTIONS = ("maximize", "minimize")
-PRUNERS = ("none", "median", "asha", "hyperband")
 DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
 
 _TOP_KEYS = (

@@ -128,9 +128,5 @@ class Trial:
             self.stop_reason = self._link.stop_reason()
         return self.stop_reason is not None
 
-    @property
-    def pruned(self) -> bool:
-        return self.stop_reason == "pruned"
-
     def __repr__(self) -> str:
         return f"Trial(number={self.number}, config={self.config!r})"
