@@ -24,7 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpo`` console script; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    # SIGTERM (kill) and SIGUSR1 (what `sbatch --signal` sends before the walltime).
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGUSR1, _terminate)
     try:
         return args.handler(args)
     except UsageError as exc:
@@ -35,15 +37,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, _Terminated) as exc:
         # The engine was shut down on the way out; the store has every result.
         print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
-        return 143 if isinstance(exc, _Terminated) else 130
+        return 128 + exc.signum if isinstance(exc, _Terminated) else 130
 
 
 class _Terminated(Exception):
-    """SIGTERM (kill, or SLURM before the walltime): leave as cleanly as on Ctrl-C."""
+    """SIGTERM or SIGUSR1 (SLURM before the walltime): leave as cleanly as on Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _terminate(signum, frame) -> None:
-    raise _Terminated()
+    raise _Terminated(signum)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,6 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     export.set_defaults(handler=_export)
+
+    # Review and submission live beside the library, in dashboards/ and launchers/.
+    from hpo.dashboards.commands import add_commands as add_review_commands
+    from hpo.launchers.commands import add_commands as add_launch_commands
+
+    add_review_commands(command)
+    add_launch_commands(command)
     return parser
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 
 from hpo.store import RunDir
-from hpo.trial._state import ENDED_BY_ATTR, REPORT_ATTR, RUN_ATTR, STOP_ATTR, TrialState
+from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
+                              STOP_ATTR, TrialState)
 
 __all__ = ["TrialRecord", "StudyResult"]
 
@@ -36,6 +37,10 @@ class TrialRecord:
     gpu_seconds: float = 0.0
     steps: int = 0
     error: str | None = None
+    # Decisions (pruned, suspended, resumed, stopped...) and resumable segments,
+    # in time order; see EVENT_ATTR and SEGMENT_ATTR.
+    events: list[dict[str, Any]] = field(default_factory=list)
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
@@ -49,12 +54,17 @@ class TrialRecord:
             gpu_seconds=run.get("gpu_seconds") or 0.0,
             steps=sum(1 for k in trial.user_attrs if k.startswith(REPORT_ATTR)),
             error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
+            events=_attrs_under(trial, EVENT_ATTR), segments=_attrs_under(trial, SEGMENT_ATTR),
         )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["state"] = self.state.value
         return data
+
+
+def _attrs_under(trial: optuna.trial.FrozenTrial, prefix: str) -> list[dict[str, Any]]:
+    return [value for key, value in sorted(trial.user_attrs.items()) if key.startswith(prefix)]
 
 
 def _error_text(run: dict[str, Any], ended_by: dict[str, Any] | None) -> str | None:

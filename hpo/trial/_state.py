@@ -7,7 +7,9 @@ more facts apart, both derived from what the worker wrote:
 - TIMEOUT: failed because it exceeded its time limit (kept apart from FAILED,
   as walltime expiry is an ordinary event on a cluster, not a bug);
 - CANCELLED: ended by the master without a result (the study stopped before it
-  started, or the master running it died); its configuration is not used up.
+  started, or the master running it died); its configuration is not used up;
+- SUSPENDED: run in resumable segments and waiting, checkpointed, for its next
+  segment (convergence-aware or round-robin scheduling).
 """
 
 from __future__ import annotations
@@ -23,6 +25,15 @@ REPORT_ATTR = "hpo:report:"  # + step number, zero padded: all metrics of that s
 # reason "cancelled" (never started; the study stopped) or "interrupted" (left
 # behind by a master that died; its configuration is run again).
 ENDED_BY_ATTR = "hpo:ended_by"
+# Every decision taken about a trial, one attribute each so that the master and
+# the worker never overwrite each other: EVENT_ATTR + time in ns + writer pid ->
+# {"time", "kind", "step", "reason", "host"}; kind is one of EVENT_KINDS.
+EVENT_ATTR = "hpo:event:"
+EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "interrupted", "cancelled")
+# One per segment of a trial run in resumable pieces (or per attempt): + index,
+# zero padded -> {"index", "host", "pid", "worker", "started_at", "ended_at",
+# "first_step", "last_step", "outcome"}.
+SEGMENT_ATTR = "hpo:segment:"
 # Study user attribute: set when the study must stop ({"reason": ..., ...}).
 STOP_ATTR = "hpo:stop"
 
@@ -37,10 +48,11 @@ class TrialState(str, enum.Enum):
     FAILED = "FAILED"
     TIMEOUT = "TIMEOUT"
     CANCELLED = "CANCELLED"
+    SUSPENDED = "SUSPENDED"
 
     @property
     def is_finished(self) -> bool:
-        return self not in (TrialState.PENDING, TrialState.RUNNING)
+        return self not in (TrialState.PENDING, TrialState.RUNNING, TrialState.SUSPENDED)
 
     @classmethod
     def of(cls, trial: optuna.trial.FrozenTrial) -> "TrialState":
@@ -48,7 +60,9 @@ class TrialState(str, enum.Enum):
         run = trial.user_attrs.get(RUN_ATTR)
         state = trial.state
         if state == optuna.trial.TrialState.RUNNING:
-            return cls.RUNNING if run else cls.PENDING
+            if not run:
+                return cls.PENDING
+            return cls.SUSPENDED if run.get("suspended") else cls.RUNNING
         if state == optuna.trial.TrialState.COMPLETE:
             return cls.COMPLETE
         if state == optuna.trial.TrialState.PRUNED:

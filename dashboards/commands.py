@@ -1,0 +1,7 @@
+"""The ``hpo dashboard`` and ``hpo report`` commands (registered by ``hpo.cli``)."""
+
+from __future__ import annotations
+
+
+def add_commands(command) -> None:
+    """Register this package's subcommands through ``command(name, help=...)``."""

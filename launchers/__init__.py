@@ -1,0 +1,1 @@
+"""Start a study somewhere else: SLURM batch jobs for the COMPSs and Dask engines."""
