@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property, partial
 from typing import Any
 
 import optuna
 
 from hpo.engines import Engine
 from hpo.progress import ProgressLine
-from hpo.results import StudyResult
+from hpo.results import StudyResult, _attrs_under
+from hpo.scheduling import Policy, RoundRobin, Waiting, convergence, make_policy, segment_steps
 from hpo.search import Searcher, open_search
 from hpo.space import StudySpec
 from hpo.store import RunDir, open_storage
 from hpo.trial import TrialState, TrialTask
 from hpo.trial._objective import Objective
-from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, STOP_ATTR
+from hpo.trial._handle import record_event
+from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
 
 __all__ = ["Controller"]
 
@@ -39,6 +42,15 @@ _POLL_S = 0.5  # longest wait between looks at the engine or the store
 class _InFlight:
     trial_id: int
     handle: Any
+    # The trial's last segment index when this task was submitted (-1: none):
+    # a later suspended segment means this task is done.
+    segment_before: int = -1
+
+    def is_done(self, trial: optuna.trial.FrozenTrial) -> bool:
+        if trial.state.is_finished():
+            return True
+        run = trial.user_attrs.get(RUN_ATTR) or {}
+        return bool(run.get("suspended")) and run.get("segment", -1) > self.segment_before
 
 
 @dataclass
@@ -52,6 +64,11 @@ class Controller:
     objective: str | Objective | None = None
     progress: bool = True
     _in_flight: dict[int, _InFlight] = field(default_factory=dict, init=False)
+    _trial_ids: dict[int, int] = field(default_factory=dict, init=False)
+
+    @cached_property
+    def _policy(self) -> Policy | None:
+        return make_policy(self.spec.scheduling.policy)
 
     def run(self) -> StudyResult:
         storage = open_storage(self.storage_url)
@@ -67,32 +84,86 @@ class Controller:
 
     def _loop(self, searcher: Searcher, study: optuna.Study) -> None:
         parallel = self.spec.search.parallel or self.engine.slots
-        window = parallel + self._queued(parallel)
+        # Segmented policies choose when a slot frees, so nothing is queued ahead.
+        window = parallel + (0 if self._policy else self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress)
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(study)
+        waiting = {w.number: w for w in map(partial(self._waiting, study), _suspended(study))}
         progress.update(*tally.line(0))
         while True:
-            while not (stopping or exhausted) and len(self._in_flight) < window \
-                    and tally.counted + len(self._in_flight) < self.spec.max_trials:
-                proposal = searcher.ask()
-                if proposal is None:
-                    exhausted = True
+            while not stopping and len(self._in_flight) < window:
+                opened = tally.counted + len(self._in_flight) + len(waiting)
+                if not exhausted and opened < self.spec.max_trials:
+                    exhausted = not self._start_new(study, searcher)
+                elif waiting:
+                    self._resume(study, waiting)
+                else:
                     break
-                handle = self.engine.submit(self._task(study, proposal))
-                self._in_flight[proposal.number] = _InFlight(proposal.trial_id, handle)
             if not self._in_flight:
                 break
             for number in self._finished(study):
                 state, value = self._collect(study, number)
+                if state is TrialState.SUSPENDED:
+                    waiting[number] = self._waiting(study, study._storage.get_trial(
+                        self._trial_ids[number]))
+                    continue
                 tally.add(number, state, value, study.direction)
                 if not stopping and self._reached_target(state, value):
                     stopping = self._stop(study, {"reason": "target", "trial": number, "value": value})
             if not stopping and time.monotonic() > deadline:
                 stopping = self._stop(study, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
+        if stopping:
+            _stop_suspended(study, list(waiting.values()), study.user_attrs.get(STOP_ATTR) or {})
         progress.close()
+
+    def _start_new(self, study: optuna.Study, searcher: Searcher) -> bool:
+        """Submit the next proposed configuration; False when the space is exhausted."""
+        proposal = searcher.ask()
+        if proposal is None:
+            return False
+        segment = self.spec.scheduling.segment_steps if self._policy else None
+        task = self._task(study, proposal.number, proposal.trial_id, proposal.params, segment)
+        self._submit(proposal.number, proposal.trial_id, task)
+        return True
+
+    def _resume(self, study: optuna.Study, waiting: dict[int, Waiting]) -> None:
+        """Run the next segment of the suspended trial the policy picks."""
+        policy = self._policy or RoundRobin()  # suspended by an earlier run, now FIFO
+        chosen = policy.pick(list(waiting.values()))
+        record_event(study._storage, chosen.trial_id, "resumed", None,
+                     policy.why(chosen, list(waiting.values())))
+        del waiting[chosen.number]
+        params = study._storage.get_trial(chosen.trial_id).params
+        segment = chosen.segment_steps if self._policy else None
+        task = self._task(study, chosen.number, chosen.trial_id, params, segment)
+        before = (study._storage.get_trial(chosen.trial_id).user_attrs.get(RUN_ATTR) or {}).get("segment", -1)
+        self._submit(chosen.number, chosen.trial_id, task, priority=True, segment_before=before)
+
+    def _submit(self, number: int, trial_id: int, task: TrialTask, priority: bool = False,
+                segment_before: int = -1) -> None:
+        self._trial_ids[number] = trial_id
+        handle = self.engine.submit(task, priority=priority)
+        self._in_flight[number] = _InFlight(trial_id, handle, segment_before)
+
+    def _waiting(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Waiting:
+        """A suspended trial as the policies see it, from its record in the store."""
+        maximize = self.spec.metric.direction == "maximize"
+        losses = _segment_losses(trial, maximize)
+        values = list(trial.intermediate_values.values())
+        best = (max(values) if maximize else min(values)) if values else None
+        sched = self.spec.scheduling
+        last = losses[-1] if losses else []
+        previous = losses[-2] if len(losses) > 1 else None
+        segments = _attrs_under(trial, SEGMENT_ATTR)
+        return Waiting(
+            number=trial.number, trial_id=trial._trial_id,
+            since=segments[-1]["ended_at"] if segments else 0.0,
+            convergence=convergence(last, previous),
+            segment_steps=segment_steps(sched.segment_steps, sched.milestones, best, maximize),
+        )
 
     def _queued(self, parallel: int) -> int:
         """How many trials to prepare ahead and queue in the engine.
@@ -107,16 +178,17 @@ class Controller:
             return 0
         return parallel if self.spec.search.algorithm in ("grid", "random") else 1
 
-    def _task(self, study: optuna.Study, proposal) -> TrialTask:
+    def _task(self, study: optuna.Study, number: int, trial_id: int, params: dict[str, Any],
+              segment: int | None) -> TrialTask:
         spec, resources = self.spec, self.spec.resources
         return TrialTask(
             storage=self.storage_url, study_name=spec.name, study_id=study._study_id,
-            trial_id=proposal.trial_id, number=proposal.number,
-            config={**spec.fixed, **proposal.params},
+            trial_id=trial_id, number=number, config={**spec.fixed, **params},
             objective=self.objective or spec.objective, metric=spec.metric.name,
-            checkpoint_dir=str(self.run_dir.checkpoint_dir(proposal.number)),
+            checkpoint_dir=str(self.run_dir.checkpoint_dir(number)),
             cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
-            early_stopping=asdict(spec.early_stopping),
+            early_stopping=asdict(spec.early_stopping), direction=spec.metric.direction,
+            segment_steps=segment,
             isolate=resources.time_limit_s is not None or resources.gpus > 0,
         )
 
@@ -130,7 +202,7 @@ class Controller:
         self.engine.wait(handles, _POLL_S)
         storage = study._storage
         return [n for n in numbers
-                if storage.get_trial(self._in_flight[n].trial_id).state.is_finished()]
+                if self._in_flight[n].is_done(storage.get_trial(self._in_flight[n].trial_id))]
 
     def _collect(self, study: optuna.Study, number: int) -> tuple[TrialState, float | None]:
         flight = self._in_flight.pop(number)
@@ -152,9 +224,15 @@ class Controller:
         study.set_user_attr(STOP_ATTR, reason)
         storage = study._storage
         for number, flight in list(self._in_flight.items()):
-            if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
+            trial = storage.get_trial(flight.trial_id)
+            state = TrialState.of(trial)
+            if state is TrialState.PENDING:
                 self.engine.cancel(flight.handle)
                 _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({reason['reason']})")
+                del self._in_flight[number]
+            elif state is TrialState.SUSPENDED and not flight.is_done(trial):
+                self.engine.cancel(flight.handle)  # its next segment has not started
+                _stop_suspended(study, [self._waiting(study, trial)], reason)
                 del self._in_flight[number]
         return True
 
@@ -192,14 +270,52 @@ class _Tally:
 
 
 def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> None:
-    """Trials left unfinished by a master that died are ended, to be run again."""
+    """Trials left unfinished by a master that died are ended, to be run again.
+    Suspended trials are not: they wait, checkpointed, for their next segment."""
     try:
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError:
         return  # a new study
     for trial in storage.get_all_trials(study_id, deepcopy=False,
                                         states=(optuna.trial.TrialState.RUNNING,)):
-        _end_trial(storage, trial._trial_id, "interrupted", "left unfinished by an earlier run")
+        if TrialState.of(trial) is not TrialState.SUSPENDED:
+            _end_trial(storage, trial._trial_id, "interrupted", "left unfinished by an earlier run")
+
+
+def _suspended(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+            if TrialState.of(t) is TrialState.SUSPENDED]
+
+
+def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[list[float]]:
+    """The losses (the metric, negated when maximised) of each segment, in order."""
+    values = trial.intermediate_values
+    sign = -1.0 if maximize else 1.0
+    losses = []
+    for segment in _attrs_under(trial, SEGMENT_ATTR):
+        first, last = segment.get("first_step"), segment.get("last_step")
+        if first is not None:
+            losses.append([sign * values[s] for s in range(first, last + 1) if s in values])
+    return [seg for seg in losses if seg]
+
+
+def _stop_suspended(study: optuna.Study, waiting: list[Waiting], stop: dict[str, Any]) -> None:
+    """The study stopped: suspended trials end as STOPPED, with their best value so far."""
+    storage = study._storage
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    for w in waiting:
+        trial = storage.get_trial(w.trial_id)
+        values = list(trial.intermediate_values.values())
+        value = (max(values) if maximize else min(values)) if values else None
+        reason = f"stopped: {stop.get('reason')}"
+        record_event(storage, w.trial_id, "stopped", None, f"the study stopped while suspended ({reason})")
+        run = dict(trial.user_attrs.get(RUN_ATTR) or {})
+        storage.set_trial_user_attr(w.trial_id, RUN_ATTR, {**run, "suspended": False, "stop_reason": reason})
+        try:
+            storage.set_trial_state_values(w.trial_id, optuna.trial.TrialState.PRUNED,
+                                           None if value is None else [value])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass
 
 
 def _end_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str, message: str) -> None:

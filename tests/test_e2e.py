@@ -54,8 +54,10 @@ def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):
     assert result.stop == {"reason": "target", "trial": 1, "value": -1.0}
     assert len(result.trials) < 8  # no new trials after the stop
     slow = next(t for t in stored_trials(tmp_path / "target") if t.number == 0)
-    assert slow.state == optuna.trial.TrialState.COMPLETE and len(slow.intermediate_values) < 40
-    assert slow.user_attrs[RUN_ATTR]["stop_reason"] == "study stopped: target"
+    # Stopped at its next report, and recorded as stopped (with its value), not failed.
+    assert hpo.TrialState.of(slow) is hpo.TrialState.STOPPED and len(slow.intermediate_values) < 40
+    assert slow.value == slow.intermediate_values[max(slow.intermediate_values)]
+    assert slow.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
 
 
 def test_wall_clock_budget_stops_running_trials(dask_address, tmp_path):
@@ -65,8 +67,9 @@ def test_wall_clock_budget_stops_running_trials(dask_address, tmp_path):
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
     assert time.monotonic() - began < 20
     assert result.stop["reason"] == "timeout_s"
-    ran = [t for t in result.trials if t.state is hpo.TrialState.COMPLETE]
+    ran = [t for t in result.trials if t.state is hpo.TrialState.STOPPED]
     assert len(ran) == 2 and all(t.duration_s < 20 for t in ran)
+    assert all(e["kind"] == "stopped" and "timeout_s" in e["reason"] for t in ran for e in t.events)
 
 
 def test_same_command_resumes_without_repeating_trials(dask_address, tmp_path):

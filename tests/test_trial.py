@@ -11,7 +11,7 @@ import pytest
 
 from hpo.store import open_storage
 from hpo.trial import Trial, TrialState, TrialTask, run_trial
-from hpo.trial._state import REPORT_ATTR, RUN_ATTR, STOP_ATTR
+from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, RUN_ATTR, STOP_ATTR
 
 
 def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
@@ -112,8 +112,11 @@ def test_should_stop_sees_the_study_stop(tmp_path):
     run_trial(task)
     stored = fresh(task)
     assert len(stored.intermediate_values) == 1  # stopped at its first report
-    assert stored.state == optuna.trial.TrialState.COMPLETE
-    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "study stopped: target"
+    assert TrialState.of(stored) is TrialState.STOPPED  # not failed: it has its value
+    assert stored.value == stored.intermediate_values[0]
+    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
+    events = [v for k, v in stored.user_attrs.items() if k.startswith(EVENT_ATTR)]
+    assert [(e["kind"], e["step"]) for e in events] == [("stopped", 0)]
 
 
 def test_median_pruner_prunes_a_clearly_worse_curve(tmp_path):

@@ -48,8 +48,9 @@ class Engine(abc.ABC):
         """How many trials can run at once."""
 
     @abc.abstractmethod
-    def submit(self, task: TrialTask) -> Handle:
-        """Start ``task`` (or queue it) and return a handle."""
+    def submit(self, task: TrialTask, priority: bool = False) -> Handle:
+        """Start ``task`` (or queue it) and return a handle. A ``priority``
+        task goes ahead of queued ones: the segment a scheduling policy chose."""
 
     @abc.abstractmethod
     def wait(self, handles: Sequence[Handle], timeout: float) -> list[Handle]:

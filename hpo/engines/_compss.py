@@ -10,6 +10,7 @@ False: the master learns that a trial finished from the store, then calls
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ class CompssEngine(Engine):
         }
         self._slots = slots
         self._tasks = self._api = None
+        self._count = itertools.count()
 
     def start(self) -> None:
         os.environ.update(self._env)  # read by _compss_tasks' decorators, and by the runtime
@@ -58,10 +60,12 @@ class CompssEngine(Engine):
     def slots(self) -> int:
         return self._slots or 1
 
-    def submit(self, task: TrialTask):
-        group = f"hpo-{task.study_name}-{task.number}"
+    def submit(self, task: TrialTask, priority: bool = False):
+        # A group per task (not per trial): a trial run in segments has several.
+        group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
+        function = self._tasks.compss_trial_first if priority else self._tasks.compss_trial
         with self._api.TaskGroup(group, implicit_barrier=False):
-            future = self._tasks.compss_trial(task)
+            future = function(task)
         return group, future
 
     def wait(self, handles: Sequence, timeout: float) -> list:

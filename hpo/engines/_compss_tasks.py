@@ -46,5 +46,14 @@ def time_out_from_env() -> int:
 @constraint(**constraints_from_env())
 @task(returns=1, on_failure="RETRY", time_out=time_out_from_env())
 def compss_trial(trial_task: TrialTask) -> TrialOutcome:
-    """One trial as a COMPSs task."""
+    """One trial (or one segment of it) as a COMPSs task."""
+    return run_trial(trial_task)
+
+
+# The same task with COMPSs' priority flag: the runtime schedules it before
+# queued tasks. The scheduling policies submit their chosen segment with it.
+@constraint(**constraints_from_env())
+@task(returns=1, on_failure="RETRY", time_out=time_out_from_env(), priority=True)
+def compss_trial_first(trial_task: TrialTask) -> TrialOutcome:
+    """A trial segment chosen by the scheduling policy, as a prioritised COMPSs task."""
     return run_trial(trial_task)

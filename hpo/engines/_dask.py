@@ -120,13 +120,13 @@ class DaskEngine(Engine):
     def slots(self) -> int:
         return self._slots
 
-    def submit(self, task: TrialTask):
+    def submit(self, task: TrialTask, priority: bool = False):
         # An explicit key per trial and pure=False: two trials with equal
         # arguments must never collapse into one Dask task.
         key = f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
         future = self.client.submit(
             run_trial, task, key=key, pure=False, retries=self.retries,
-            resources=self._resources or None,
+            resources=self._resources or None, priority=1 if priority else 0,
         )
         future.add_done_callback(self._done.put)
         return future

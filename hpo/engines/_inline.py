@@ -20,7 +20,7 @@ class InlineEngine(Engine):
     def slots(self) -> int:
         return 1
 
-    def submit(self, task: TrialTask) -> Future:
+    def submit(self, task: TrialTask, priority: bool = False) -> Future:
         future: Future = Future()
         for attempt in range(self.retries + 1):
             try:

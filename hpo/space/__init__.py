@@ -18,6 +18,7 @@ from hpo.space._spec import (
     EarlyStopping,
     Metric,
     Resources,
+    Scheduling,
     SearchSettings,
     StudySpec,
     load_spec,
@@ -27,6 +28,6 @@ from hpo.space._spec import (
 __all__ = [
     "ALGORITHMS", "DEFAULT_OBJECTIVE", "DIRECTIONS", "PRUNERS", "SAMPLERS",
     "Choice", "Param", "CategoricalParam", "IntParam", "FloatParam", "Grid",
-    "Metric", "SearchSettings", "Resources", "EarlyStopping", "StudySpec",
+    "Metric", "SearchSettings", "Resources", "EarlyStopping", "Scheduling", "StudySpec",
     "load_spec", "parse_spec", "SpaceError",
 ]

@@ -30,14 +30,15 @@ from optuna.distributions import BaseDistribution
 
 from hpo.errors import SpaceError, closest
 from hpo.pruning import PRUNERS
+from hpo.scheduling import POLICIES
 from hpo.space._grid import Grid
 from hpo.space._params import (
     Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
 )
 
 __all__ = [
-    "ALGORITHMS", "SAMPLERS", "DIRECTIONS", "PRUNERS", "DEFAULT_OBJECTIVE",
-    "Metric", "SearchSettings", "Resources", "EarlyStopping", "StudySpec",
+    "ALGORITHMS", "SAMPLERS", "DIRECTIONS", "PRUNERS", "POLICIES", "DEFAULT_OBJECTIVE",
+    "Metric", "SearchSettings", "Resources", "EarlyStopping", "Scheduling", "StudySpec",
     "load_spec", "parse_spec",
 ]
 
@@ -48,7 +49,7 @@ DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
 
 _TOP_KEYS = (
     "name", "objective", "metric", "search", "resources",
-    "retries", "early_stopping", "fixed", "space",
+    "retries", "early_stopping", "scheduling", "fixed", "space",
 )
 _SEARCH_KEYS = ("algorithm", "sampler", "max_trials", "parallel", "seed", "timeout_s")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -87,10 +88,24 @@ class Resources:
 
 @dataclass(frozen=True)
 class EarlyStopping:
-    """Which pruner stops hopeless trials, and how many steps every trial gets first."""
+    """Which pruner stops hopeless trials, how many steps every trial gets first,
+    and after how many reports without improvement a trial stops by itself."""
 
     pruner: str = "none"
     min_steps: int = 0
+    patience: int | None = None
+    min_delta: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    """Which trial gets a free slot: ``fifo`` runs each trial to its end; the
+    others run trials in resumable segments of ``segment_steps`` reports, which
+    double each time the trial passes one of the ``milestones`` (metric values)."""
+
+    policy: str = "fifo"
+    segment_steps: int = 2
+    milestones: tuple[float, ...] = ()
 
 
 _Check = Callable[[Any, Loc], Any]
@@ -112,6 +127,19 @@ _RESOURCES: dict[str, _Check] = {
 }
 _EARLY_STOPPING: dict[str, _Check] = {
     "pruner": partial(as_choice, options=PRUNERS), "min_steps": partial(as_int, minimum=0),
+    "patience": partial(as_int, minimum=1), "min_delta": as_number,
+}
+
+
+def _numbers(value: object, at: Loc) -> tuple[float, ...]:
+    if not isinstance(value, list):
+        at.expected("a list of numbers", value, "e.g. [0.5, 0.2, 0.1]")
+    return tuple(as_number(item, at / index) for index, item in enumerate(value))
+
+
+_SCHEDULING: dict[str, _Check] = {
+    "policy": partial(as_choice, options=POLICIES), "segment_steps": partial(as_int, minimum=1),
+    "milestones": _numbers,
 }
 
 
@@ -136,6 +164,7 @@ class StudySpec:
     early_stopping: EarlyStopping
     fixed: dict[str, Any]
     params: dict[str, Param]
+    scheduling: Scheduling = Scheduling()
     source: str = field(default="<dict>", compare=False)
 
     def grid(self) -> Grid:
@@ -173,6 +202,7 @@ class StudySpec:
             "resources": asdict(self.resources),
             "retries": self.retries,
             "early_stopping": asdict(self.early_stopping),
+            "scheduling": {**asdict(self.scheduling), "milestones": list(self.scheduling.milestones)},
             "fixed": copy.deepcopy(self.fixed),
             "space": {name: param.to_dict() for name, param in self.params.items()},
         }
@@ -215,6 +245,14 @@ class StudySpec:
         if res.time_limit_s is not None:
             resources += f", time limit {res.time_limit_s:g} s"
         pruning = stop.pruner + (f" after {stop.min_steps} steps" if stop.pruner != "none" else "")
+        if stop.patience:
+            pruning += f"; patience {stop.patience} reports"
+        sched = self.scheduling
+        scheduling = sched.policy
+        if sched.policy != "fifo":
+            scheduling += f", segments of {sched.segment_steps} steps"
+            if sched.milestones:
+                scheduling += ", doubled at milestones " + ", ".join(f"{m:g}" for m in sched.milestones)
         size = self.grid_size
         width = max(map(len, self.params))
         lines = [
@@ -225,6 +263,7 @@ class StudySpec:
             f"resources   {resources} per trial",
             f"retries     {self.retries}",
             f"pruning     {pruning}",
+            f"scheduling  {scheduling}",
         ]
         if self.fixed:
             lines.append("fixed       " + ", ".join(f"{k}={v!r}" for k, v in self.fixed.items()))
@@ -293,6 +332,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         early_stopping=_section(
             EarlyStopping, top.get("early_stopping"), root / "early_stopping", _EARLY_STOPPING
         ),
+        scheduling=_section(Scheduling, top.get("scheduling"), root / "scheduling", _SCHEDULING),
         fixed=_fixed(top.get("fixed"), root / "fixed", params),
         params=params,
         source=source,

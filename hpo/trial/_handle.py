@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import socket
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Real
@@ -12,14 +16,18 @@ from typing import Any
 import optuna
 
 from hpo.pruning import make_pruner
-from hpo.trial._state import REPORT_ATTR, STOP_ATTR
+from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, STOP_ATTR
 
 __all__ = ["Trial"]
 
 
 @dataclass
 class _StoreLink:
-    """Where a trial's reports go, and where its stop signals come from."""
+    """Where a trial's reports go, and where its stop decisions come from.
+
+    Every decision is written on the trial as an event before it takes effect,
+    so the dashboard (and a user reading the store) can see why a trial stopped.
+    """
 
     storage: optuna.storages.BaseStorage
     study_name: str
@@ -27,20 +35,62 @@ class _StoreLink:
     trial_id: int
     metric: str
     early_stopping: dict[str, Any] | None = None
+    direction: str = "maximize"
+    # Reports this run may make before the trial is suspended (segmented
+    # scheduling); None: run to the end.
+    segment_steps: int | None = None
+    _reported: int = 0
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         # Each call appends (and fsyncs) before returning: durable when acknowledged.
         if self.metric in metrics:
             self.storage.set_trial_intermediate_value(self.trial_id, step, metrics[self.metric])
         self.storage.set_trial_user_attr(self.trial_id, f"{REPORT_ATTR}{step:06d}", metrics)
+        self._reported += 1
 
-    def stop_reason(self) -> str | None:
+    def stop_reason(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
+        """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
+        step = reports[-1][0] if reports else None
         stop = self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
         if stop:
-            return f"study stopped: {stop['reason']}"
+            self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
+            return f"stopped: {stop['reason']}"
         if self._pruner and self._pruner.prune(self._study, self.storage.get_trial(self.trial_id)):
+            self.record("pruned", step, self._why_pruned(reports))
             return "pruned"
+        stalled = self._stalled(reports)
+        if stalled:
+            self.record("stopped", step, stalled)
+            return "patience"
+        if self.segment_steps and self._reported >= self.segment_steps:
+            self.record("suspended", step, f"segment of {self._reported} steps done; checkpointed")
+            return "suspended"
         return None
+
+    def record(self, kind: str, step: int | None, reason: str) -> None:
+        record_event(self.storage, self.trial_id, kind, step, reason)
+
+    def _stalled(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
+        """Why the trial should stop for lack of progress, if it should."""
+        patience = (self.early_stopping or {}).get("patience")
+        values = [(s, m[self.metric]) for s, m in reports if self.metric in m]
+        if not patience or len(values) <= patience:
+            return None
+        sign = 1.0 if self.direction == "maximize" else -1.0
+        delta = float((self.early_stopping or {}).get("min_delta") or 0.0)
+        best_step, best = max(values[:-patience], key=lambda sv: sign * sv[1])
+        if any(sign * (v - best) > delta for _, v in values[-patience:]):
+            return None
+        return (f"patience: {self.metric} did not improve on {best:.4g} (step {best_step}) "
+                f"by more than {delta:g} in {patience} reports")
+
+    def _why_pruned(self, reports: list[tuple[int, dict[str, float]]]) -> str:
+        name = (self.early_stopping or {}).get("pruner")
+        step, metrics = reports[-1] if reports else (None, {})
+        value = metrics.get(self.metric)
+        shown = "no value" if value is None else f"{value:.4g}"
+        return (f"{name} pruner: {self.metric}={shown} at step {step} is hopeless "
+                f"against the other trials' curves in the store")
 
     @cached_property
     def _pruner(self) -> optuna.pruners.BasePruner | None:
@@ -49,6 +99,20 @@ class _StoreLink:
     @cached_property
     def _study(self) -> optuna.Study:
         return optuna.Study(self.study_name, self.storage, pruner=self._pruner)
+
+
+def record_event(storage: optuna.storages.BaseStorage, trial_id: int, kind: str,
+                 step: int | None, reason: str) -> None:
+    """Write one decision on a trial (see EVENT_ATTR); the master and workers both do."""
+    event = {"time": time.time(), "kind": kind, "step": step, "reason": reason,
+             "host": socket.gethostname()}
+    storage.set_trial_user_attr(trial_id, f"{EVENT_ATTR}{time.time_ns():020d}-{os.getpid()}", event)
+
+
+def _describe_stop(stop: dict[str, Any]) -> str:
+    if stop.get("reason") == "target":
+        return f"target reached by trial {stop.get('trial')} ({stop.get('value')})"
+    return str(stop.get("reason"))
 
 
 class Trial:
@@ -65,6 +129,9 @@ class Trial:
         its last checkpoint there.
     cpus, gpus:
         What the engine assigned: a CPU count and the GPU ids.
+
+    ``reports`` holds every report of the trial, including those of earlier
+    segments or attempts when the trial resumes.
 
     Examples
     --------
@@ -87,6 +154,7 @@ class Trial:
         *,
         cpus: int = 1,
         gpus: list[str] | None = None,
+        reports: list[tuple[int, dict[str, float]]] | None = None,
         _link: _StoreLink | None = None,
     ) -> None:
         self.number = number
@@ -94,7 +162,7 @@ class Trial:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.cpus = cpus
         self.gpus = list(gpus or [])
-        self.reports: list[tuple[int, dict[str, float]]] = []
+        self.reports: list[tuple[int, dict[str, float]]] = list(reports or [])
         self.stop_reason: str | None = None
         self._link = _link
 
@@ -121,12 +189,38 @@ class Trial:
     def should_stop(self) -> bool:
         """True when the objective should return now with its best result so far.
 
-        That happens when a pruner finds this trial hopeless, or when the study
-        stops (its target was reached or its time budget ran out).
+        That happens when the study stops (its target was reached or its time
+        budget ran out), a pruner finds this trial hopeless, the metric stopped
+        improving (``patience``), or the trial's segment is done: then the
+        objective must have saved a checkpoint (``save_checkpoint``, or Keras's
+        ``HpoCallback``) and the trial resumes from it later.
         """
         if self.stop_reason is None and self._link is not None:
-            self.stop_reason = self._link.stop_reason()
+            self.stop_reason = self._link.stop_reason(self.reports)
         return self.stop_reason is not None
+
+    @property
+    def next_step(self) -> int:
+        """The step after the last one reported: where a resumed trial goes on."""
+        return self.reports[-1][0] + 1 if self.reports else 0
+
+    def save_checkpoint(self, state: Any, name: str = "state.pkl") -> None:
+        """Pickle ``state`` into ``checkpoint_dir``, atomically (a crash leaves the old one)."""
+        path = self._checkpoint_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        partial.write_bytes(pickle.dumps(state))
+        os.replace(partial, path)
+
+    def load_checkpoint(self, name: str = "state.pkl") -> Any:
+        """What ``save_checkpoint`` saved last, or None for a fresh trial."""
+        path = self._checkpoint_path(name)
+        return pickle.loads(path.read_bytes()) if path.exists() else None
+
+    def _checkpoint_path(self, name: str) -> Path:
+        if self.checkpoint_dir is None:
+            raise RuntimeError("this trial has no checkpoint_dir; pass one to Trial(...)")
+        return self.checkpoint_dir / name
 
     def __repr__(self) -> str:
         return f"Trial(number={self.number}, config={self.config!r})"

@@ -9,7 +9,9 @@ more facts apart, both derived from what the worker wrote:
 - CANCELLED: ended by the master without a result (the study stopped before it
   started, or the master running it died); its configuration is not used up;
 - SUSPENDED: run in resumable segments and waiting, checkpointed, for its next
-  segment (convergence-aware or round-robin scheduling).
+  segment (convergence-aware or round-robin scheduling);
+- STOPPED: ended early because the study stopped (target reached, time budget
+  spent), with the value it had; stored as Optuna's PRUNED.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class TrialState(str, enum.Enum):
     TIMEOUT = "TIMEOUT"
     CANCELLED = "CANCELLED"
     SUSPENDED = "SUSPENDED"
+    STOPPED = "STOPPED"
 
     @property
     def is_finished(self) -> bool:
@@ -66,7 +69,8 @@ class TrialState(str, enum.Enum):
         if state == optuna.trial.TrialState.COMPLETE:
             return cls.COMPLETE
         if state == optuna.trial.TrialState.PRUNED:
-            return cls.PRUNED
+            stopped = str((run or {}).get("stop_reason") or "").startswith("stopped")
+            return cls.STOPPED if stopped else cls.PRUNED
         if trial.user_attrs.get(ENDED_BY_ATTR):
             return cls.CANCELLED
         if run and run.get("timed_out"):

@@ -28,7 +28,7 @@ import optuna
 from hpo.store import open_storage
 from hpo.trial._handle import Trial, _StoreLink
 from hpo.trial._objective import Objective, resolve_objective
-from hpo.trial._state import RUN_ATTR, TrialState
+from hpo.trial._state import REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState
 
 __all__ = ["TrialTask", "TrialOutcome", "run_trial"]
 
@@ -50,6 +50,10 @@ class TrialTask:
     gpus: int = 0
     time_limit_s: float | None = None
     early_stopping: dict[str, Any] | None = None
+    direction: str = "maximize"
+    # Reports this task may make before the trial is suspended, checkpointed,
+    # to resume in a later task (segmented scheduling); None: run to the end.
+    segment_steps: int | None = None
     # Run the objective in a fresh child process: needed for a hard time limit,
     # and for GPU trials (a process that has initialised CUDA ignores later
     # changes of CUDA_VISIBLE_DEVICES, and COMPSs reuses worker processes).
@@ -74,10 +78,12 @@ class _Result:
     stop_reason: str | None = None
     timed_out: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
+    steps: tuple[int, int] | None = None  # first and last step reported by this run
 
 
 def run_trial(task: TrialTask) -> TrialOutcome:
-    """Run one trial and record it durably; the module-level task of every engine."""
+    """Run one trial, or one segment of it, and record it durably; the
+    module-level task of every engine."""
     storage = open_storage(task.storage)
     stored = storage.get_trial(task.trial_id)
     if stored.state.is_finished():
@@ -88,14 +94,13 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
     result = _run_isolated(task) if task.isolate else _run_here(task)
     state, value = _classify(result, task.metric)
-    ended = time.time()
-    duration = ended - run["started_at"]
-    run.update(
-        ended_at=ended, duration_s=duration, core_seconds=duration * task.cpus,
-        gpu_seconds=duration * task.gpus, metrics=result.metrics, error=result.error,
-        stop_reason=result.stop_reason, timed_out=result.timed_out,
-    )
+    _end_record(run, result, task, suspended=state is TrialState.SUSPENDED)
+    if task.segment_steps is not None:
+        storage.set_trial_user_attr(task.trial_id, f"{SEGMENT_ATTR}{run['segment']:06d}",
+                                    _segment_record(run, result, state))
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
+    if state is TrialState.SUSPENDED:
+        return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
     try:
         storage.set_trial_state_values(task.trial_id, _OPTUNA_STATE[state], _values(state, value))
     except optuna.exceptions.UpdateFinishedTrialError:
@@ -106,15 +111,19 @@ def run_trial(task: TrialTask) -> TrialOutcome:
 _OPTUNA_STATE = {
     TrialState.COMPLETE: optuna.trial.TrialState.COMPLETE,
     TrialState.PRUNED: optuna.trial.TrialState.PRUNED,
+    TrialState.STOPPED: optuna.trial.TrialState.PRUNED,
     TrialState.FAILED: optuna.trial.TrialState.FAIL,
     TrialState.TIMEOUT: optuna.trial.TrialState.FAIL,
 }
 
 
 def _values(state: TrialState, value: float | None) -> list[float] | None:
-    if state is TrialState.COMPLETE or (state is TrialState.PRUNED and value is not None):
+    if state is TrialState.COMPLETE or (state in _EARLY and value is not None):
         return [value]
     return None
+
+
+_EARLY = (TrialState.PRUNED, TrialState.STOPPED)
 
 
 def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
@@ -122,13 +131,42 @@ def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
 
 
 def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    previous = stored.user_attrs.get(RUN_ATTR)
-    history = (previous or {}).get("previous", []) + ([_brief(previous)] if previous else [])
-    return {
-        "host": socket.gethostname(), "pid": os.getpid(), "attempt": len(history) + 1,
-        "started_at": time.time(), "cpus": task.cpus, "gpus": _assigned_gpus(task),
-        "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS"), "previous": history,
-    }
+    """The run record as this task starts: the next segment of a suspended
+    trial, or a new attempt (the first, or a retry after a lost one)."""
+    previous = stored.user_attrs.get(RUN_ATTR) or {}
+    now = time.time()
+    where = {"host": socket.gethostname(), "pid": os.getpid(), "segment_started_at": now,
+             "cpus": task.cpus, "gpus": _assigned_gpus(task),
+             "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
+    segment = previous.get("segment", -1) + 1
+    if previous.get("suspended"):
+        return {**previous, **where, "suspended": False, "segment": segment}
+    history = previous.get("previous", []) + ([_brief(previous)] if previous else [])
+    return {**where, "attempt": len(history) + 1, "started_at": now, "segment": segment,
+            "previous": history, "duration_s": previous.get("duration_s", 0.0),
+            "core_seconds": previous.get("core_seconds", 0.0),
+            "gpu_seconds": previous.get("gpu_seconds", 0.0)}
+
+
+def _end_record(run: dict[str, Any], result: "_Result", task: TrialTask, suspended: bool) -> None:
+    """Add this task's time and cost to the run record, and how it ended."""
+    ended = time.time()
+    busy = ended - run["segment_started_at"]
+    run.update(
+        ended_at=ended, duration_s=run.get("duration_s", 0.0) + busy,
+        core_seconds=run.get("core_seconds", 0.0) + busy * task.cpus,
+        gpu_seconds=run.get("gpu_seconds", 0.0) + busy * task.gpus,
+        metrics=result.metrics, error=result.error, stop_reason=result.stop_reason,
+        timed_out=result.timed_out, suspended=suspended,
+    )
+
+
+def _segment_record(run: dict[str, Any], result: "_Result", state: TrialState) -> dict[str, Any]:
+    first, last = result.steps or (None, None)
+    return {"index": run["segment"], "host": run["host"], "pid": run["pid"],
+            "worker": f"{run['host']}:{run['pid']}", "started_at": run["segment_started_at"],
+            "ended_at": run["ended_at"], "first_step": first, "last_step": last,
+            "outcome": state.value}
 
 
 def _brief(run: dict[str, Any]) -> dict[str, Any]:
@@ -145,14 +183,16 @@ def _assigned_gpus(task: TrialTask) -> list[str]:
 
 def _run_here(task: TrialTask) -> _Result:
     """Call the objective in this process with a store-backed Trial."""
+    storage = open_storage(task.storage)
     link = _StoreLink(
-        open_storage(task.storage), task.study_name, task.study_id, task.trial_id,
-        task.metric, task.early_stopping,
+        storage, task.study_name, task.study_id, task.trial_id, task.metric,
+        task.early_stopping, task.direction, task.segment_steps,
     )
     Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    earlier = _stored_reports(storage.get_trial(task.trial_id))
     trial = Trial(
         task.number, dict(task.config), task.checkpoint_dir,
-        cpus=task.cpus, gpus=_assigned_gpus(task), _link=link,
+        cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link,
     )
     result = _Result()
     try:
@@ -165,7 +205,15 @@ def _run_here(task: TrialTask) -> _Result:
         }
     result.stop_reason = trial.stop_reason
     result.metrics = _last_metrics(trial, result.returned)
+    new = trial.reports[len(earlier):]
+    result.steps = (new[0][0], new[-1][0]) if new else None
     return result
+
+
+def _stored_reports(trial: optuna.trial.FrozenTrial) -> list[tuple[int, dict[str, float]]]:
+    """The reports of earlier segments or attempts, by step."""
+    return [(int(key[len(REPORT_ATTR):]), value) for key, value in sorted(trial.user_attrs.items())
+            if key.startswith(REPORT_ATTR)]
 
 
 def _last_metrics(trial: Trial, returned: Any) -> dict[str, float]:
@@ -185,6 +233,8 @@ def _classify(result: _Result, metric: str) -> tuple[TrialState, float | None]:
         return TrialState.TIMEOUT, None
     if result.error:
         return TrialState.FAILED, None
+    if result.stop_reason == "suspended":
+        return TrialState.SUSPENDED, None  # what it returned mid-training does not count
     returned = result.returned
     if isinstance(returned, dict):
         returned = returned.get(metric, _MISSING)
@@ -199,7 +249,12 @@ def _classify(result: _Result, metric: str) -> tuple[TrialState, float | None]:
     if not math.isfinite(value):
         result.error = {"type": "NonFiniteValue", "message": f"objective returned {value} for {metric!r}"}
         return TrialState.FAILED, None
-    return (TrialState.PRUNED if result.stop_reason == "pruned" else TrialState.COMPLETE), value
+    return _STOPPED_AS.get((result.stop_reason or "").split(":")[0], TrialState.COMPLETE), value
+
+
+# Stop reasons that end a trial with its value but not as COMPLETE (a patience
+# stop is an ordinary end of training: COMPLETE).
+_STOPPED_AS = {"pruned": TrialState.PRUNED, "stopped": TrialState.STOPPED}
 
 
 _MISSING = object()

@@ -16,6 +16,8 @@ class Task:
             raise RuntimeError(f"COMPSs: unknown on_failure {kwargs['on_failure']!r}")
         if not isinstance(kwargs.get("time_out", 0), int):
             raise RuntimeError("COMPSs: time_out must be an int (seconds)")
+        if not isinstance(kwargs.get("priority", False), bool):
+            raise RuntimeError("COMPSs: priority must be a bool")
         self.kwargs = kwargs
 
     def __call__(self, user_function):
@@ -30,7 +32,8 @@ class Task:
             constraints = getattr(task_decorator, "__compss_constraints__", {})
             resolved = {k: _resolve_all(v) for k, v in constraints.items()}
             future = runtime.pool().submit(user_function, *args, **kwargs)
-            runtime.submitted.append({"function": name, "constraints": resolved, "future": future})
+            runtime.submitted.append({"function": name, "constraints": resolved, "future": future,
+                                      "priority": self.kwargs.get("priority", False)})
             if _current_group:
                 runtime.groups.setdefault(_current_group[-1], []).append(future)
             return future
