@@ -1,0 +1,111 @@
+"""``hpo dashboard``: the Dash app. Wiring only; the views are built elsewhere.
+
+Every ``refresh_s`` seconds the page asks the server whether the store
+changed (a stat of the journal); only then is the snapshot re-read, and only
+the visible tab is redrawn. The leaderboard is sorted, filtered and paged on
+the server, so the browser receives one page of rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dash_table, dcc, html
+
+from hpo.dashboards import leaderboard
+from hpo.dashboards.data import StoreReader
+from hpo.dashboards.views import VIEWS, summary
+
+__all__ = ["make_app", "PAGE_SIZE"]
+
+PAGE_SIZE = 50
+_GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
+    """The dashboard of the study ``reader`` reads."""
+    snap = reader.snapshot()
+    app = dash.Dash(__name__, title=f"hpo: {snap.name}", update_title=None,
+                    serve_locally=True)  # no CDN: compute clusters have no internet
+    table = dash_table.DataTable(
+        id="leaderboard", columns=list(leaderboard.columns(snap)), data=[],
+        page_action="custom", page_current=0, page_size=PAGE_SIZE,
+        sort_action="custom", sort_mode="multi", sort_by=[],
+        filter_action="custom", filter_query="",
+        style_table={"overflowX": "auto"}, style_as_list_view=True,
+        style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": 13, "padding": "3px 8px",
+                    "maxWidth": 360, "overflow": "hidden", "textOverflow": "ellipsis"},
+        style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
+        style_data_conditional=[
+            {"if": {"filter_query": f'{{state}} = "{state}"', "column_id": "state"},
+             "color": colour} for state, colour in (("FAILED", "#d62728"), ("TIMEOUT", "#9467bd"),
+                                                    ("PRUNED", "#ff7f0e"))],
+    )
+    tabs = [dcc.Tab(label="Leaderboard", value="leaderboard", children=[
+        html.P("Every trial, best first. Click a header to sort (shift-click for several), "
+               "type in the row under it to filter (e.g. > 0.9, adam, FAILED).", className="what"),
+        table])]
+    tabs += [dcc.Tab(label=v.label, value=v.key, children=[
+        html.P(v.what, className="what"),
+        dcc.Loading(dcc.Graph(id=f"graph-{v.key}", config=_GRAPH_CONFIG), delay_show=300)])
+        for v in VIEWS]
+    app.layout = html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 1em"}, children=[
+        html.H2(f"hpo: {snap.name}", style={"marginBottom": "0.2em"}),
+        html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
+        dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
+        dcc.Store(id="version"),
+        dcc.Tabs(id="tabs", value="leaderboard", children=tabs),
+    ])
+    _wire(app, reader)
+    return app
+
+
+def _wire(app: dash.Dash, reader: StoreReader) -> None:
+    @app.callback(Output("version", "data"), Output("summary", "children"),
+                  Input("tick", "n_intervals"), State("version", "data"))
+    def _poll(_: Any, known: str | None):
+        snap = reader.snapshot()  # re-reads only when the store's files changed
+        text = summary(snap)
+        return (dash.no_update if snap.version == known else snap.version), text
+
+    @app.callback([Output(f"graph-{v.key}", "figure") for v in VIEWS],
+                  Input("tabs", "value"), Input("version", "data"))
+    def _draw(tab: str, _: Any):
+        snap = reader.snapshot()
+        return [view.figure(snap) if view.key == tab else dash.no_update for view in VIEWS]
+
+    @app.callback(Output("leaderboard", "data"), Output("leaderboard", "page_count"),
+                  Output("leaderboard", "columns"),
+                  Input("leaderboard", "page_current"), Input("leaderboard", "page_size"),
+                  Input("leaderboard", "sort_by"), Input("leaderboard", "filter_query"),
+                  Input("version", "data"))
+    def _page(page: int | None, size: int | None, sort_by: list | None, filter_query: str | None,
+              _: Any):
+        snap = reader.snapshot()
+        size = size or PAGE_SIZE
+        try:
+            selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query)
+        except ValueError:
+            selected = []  # a filter the table cannot apply shows nothing, as native filtering does
+        page = page or 0
+        pages = max(1, -(-len(selected) // size))
+        return (selected[page * size:(page + 1) * size], pages, list(leaderboard.columns(snap)))
+
+
+def warm_up() -> None:
+    """Import what the first drawing of a view would (optuna.importance pulls
+    in scikit-learn: seconds), in the background while the server starts."""
+    def load() -> None:
+        import optuna.importance  # noqa: F401
+
+    threading.Thread(target=load, name="hpo-dashboard-warm-up", daemon=True).start()
+
+
+def serve(app: dash.Dash, host: str, port: int) -> None:
+    """Serve until interrupted; one line per request would drown the terminal."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    warm_up()
+    app.run(host=host, port=port, debug=False)

@@ -1,0 +1,271 @@
+"""A read-only snapshot of a study's store, and the reader that keeps it fresh.
+
+Everything the dashboard and the report draw comes from one :class:`Snapshot`:
+the trials as :class:`TrialView` (a :class:`~hpo.results.TrialRecord` plus the
+run-record facts the views need: process, slots, earlier attempts, reported
+steps). :class:`StoreReader` opens the store without ever writing to it and
+re-reads it only when it changed; trials that finished are immutable in an
+Optuna storage, so their views are built once and reused on every refresh,
+which keeps a live refresh of a 100,000-trial study cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from hpo.errors import UsageError
+from hpo.results import StudyResult, TrialRecord, _error_text
+from hpo.store import RunDir
+from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
+                              TrialState)
+
+__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "WORK_STATES"]
+
+# States a trial spends resources in and then leaves; what cost views split by.
+WORK_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAILED, TrialState.TIMEOUT,
+               TrialState.CANCELLED, TrialState.RUNNING, TrialState.SUSPENDED)
+
+
+@dataclass(frozen=True)
+class TrialView(TrialRecord):
+    """A trial as the views need it; ``reports`` are ``(step, {metric: value})``
+    in step order (the dicts are shared with the storage, never modified)."""
+
+    pid: int | None = None
+    cpus: int = 1
+    gpus: int = 0
+    previous: tuple[dict[str, Any], ...] = ()
+    reports: tuple[tuple[int, dict[str, float]], ...] = ()
+    # The parameters' Optuna distributions (shared with the storage), for the
+    # importance evaluators.
+    distributions: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
+        # One pass over the attributes (TrialRecord.from_frozen makes three):
+        # this runs for every trial of a 100,000-trial study on the first read.
+        reports, events, segments = [], [], []
+        for key, value in trial.user_attrs.items():
+            if not key.startswith("hpo:") or not isinstance(value, dict):
+                continue
+            if key.startswith(REPORT_ATTR):
+                reports.append((int(key[len(REPORT_ATTR):]), value))
+            elif key.startswith(EVENT_ATTR):
+                events.append((key, value))
+            elif key.startswith(SEGMENT_ATTR):
+                segments.append((key, value))
+        reports.sort(key=_first)
+        run = trial.user_attrs.get(RUN_ATTR) or {}
+        gpus = run.get("gpus")
+        return cls(
+            number=trial.number, state=TrialState.of(trial),
+            value=trial.value if trial.values else None, params=dict(trial.params),
+            metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
+            started_at=run.get("started_at"), ended_at=run.get("ended_at"),
+            duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
+            gpu_seconds=run.get("gpu_seconds") or 0.0, steps=len(reports),
+            error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
+            events=[v for _, v in sorted(events, key=_first)],
+            segments=[v for _, v in sorted(segments, key=_first)],
+            pid=run.get("pid"), cpus=int(run.get("cpus") or 1),
+            gpus=len(gpus) if isinstance(gpus, list) else int(gpus or 0),
+            previous=tuple(p for p in run.get("previous") or () if isinstance(p, dict)),
+            reports=tuple(reports), distributions=trial.distributions,
+        )
+
+    @property
+    def worker(self) -> str:
+        """Where the trial (its last attempt) ran: ``host:pid``."""
+        return worker_label(self.host, self.pid)
+
+
+def worker_label(host: str | None, pid: Any, worker: Any = None) -> str:
+    """One timeline row: a named worker, else the process on its host."""
+    if worker not in (None, ""):
+        return str(worker)
+    return f"{host or '?'}:{pid}" if pid is not None else (host or "?")
+
+
+# eq=False: hashed by identity, so views can be memoised per snapshot.
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """The study at one moment: settings from ``study.json`` and every trial."""
+
+    run_dir: str
+    name: str
+    metric: str
+    direction: str
+    trials: tuple[TrialView, ...]
+    taken_at: float
+    # Slots the study may use at once (search.parallel), when set.
+    slots: int | None = None
+    stop: dict[str, Any] | None = None
+    version: str = ""
+    spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def result(self) -> StudyResult:
+        """The same ranking, counts and cost as ``hpo status``."""
+        return StudyResult(self.name, self.metric, self.direction, list(self.trials), self.stop)
+
+    @cached_property
+    def ranked(self) -> list[TrialView]:
+        return self.result.ranked()  # type: ignore[return-value]
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"
+
+    @cached_property
+    def param_names(self) -> list[str]:
+        names = dict.fromkeys(self.spec.get("space") or {})
+        for trial in self.trials:
+            names.update(dict.fromkeys(trial.params))
+        return list(names)
+
+
+class StoreReader:
+    """Reads one run directory's store, read-only, re-reading only when it changed.
+
+    The journal is read with Optuna's own replay (the format stays Optuna's
+    business), and the storage object is kept, so each refresh reads only the
+    lines appended since the last one. Thread-safe: Dash serves callbacks from
+    several threads.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = RunDir(Path(run_dir))
+        info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
+        self.spec: dict[str, Any] = info.get("spec") or {}
+        self.url = self.run_dir.storage_url()
+        with _gc_paused():
+            self._storage = _open_read_only(self.url, self.run_dir.path)
+        self._study_id = _study_id(self._storage, self.spec.get("name"), self.run_dir.path)
+        self._lock = threading.Lock()
+        self._views: dict[int, tuple[optuna.trial.FrozenTrial, TrialView]] = {}
+        self._snapshot: Snapshot | None = None
+        self._signature: tuple | None = None
+
+    def signature(self) -> tuple:
+        """Changes whenever the store may have changed (size and mtime of its files)."""
+        files = _store_files(self.url)
+        if not files:  # a database server: no cheap change test, re-read every time
+            return ("now", time.time())
+        return tuple((f, s.st_size, s.st_mtime_ns) for f in files if (s := _stat(f)) is not None)
+
+    def snapshot(self) -> Snapshot:
+        """The current snapshot; the cached one when the store has not changed."""
+        with self._lock:
+            signature = self.signature()
+            if self._snapshot is None or signature != self._signature:
+                with _gc_paused():
+                    self._snapshot = self._read(signature)
+                self._signature = signature
+            return self._snapshot
+
+    def _read(self, signature: tuple) -> Snapshot:
+        storage, study_id = self._storage, self._study_id
+        frozen = storage.get_all_trials(study_id, deepcopy=False)
+        views = [self._view(t) for t in frozen]
+        directions = storage.get_study_directions(study_id)
+        spec = self.spec
+        return Snapshot(
+            run_dir=str(self.run_dir.path), name=spec.get("name", self.run_dir.path.name),
+            metric=(spec.get("metric") or {}).get("name", "value"),
+            direction="maximize" if directions[0] == optuna.study.StudyDirection.MAXIMIZE
+            else "minimize",
+            trials=tuple(views), taken_at=time.time(),
+            slots=(spec.get("search") or {}).get("parallel"),
+            stop=storage.get_study_user_attrs(study_id).get("hpo:stop"),
+            version=f"{len(views)}:{hash(signature) & 0xFFFFFFFF:08x}", spec=spec,
+        )
+
+    def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:
+        # Finished trials never change (Optuna refuses updates), and the journal
+        # replaces a trial's object when it changes: either way reuse is safe.
+        cached = self._views.get(trial._trial_id)
+        if cached is not None and (cached[0] is trial or trial.state.is_finished()):
+            return cached[1]
+        view = TrialView.from_frozen(trial)
+        self._views[trial._trial_id] = (trial, view)
+        return view
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Reading a big store makes millions of objects and no garbage; the cyclic
+    collector would rescan them all again and again (60% of the time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _first(pair: tuple) -> Any:
+    return pair[0]
+
+
+def load_snapshot(run_dir: str | Path) -> Snapshot:
+    """One snapshot of ``run_dir`` (for the report and tests)."""
+    return StoreReader(run_dir).snapshot()
+
+
+def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
+    """Open the storage without creating or changing anything."""
+    if "://" not in url:
+        if not os.path.isfile(url):
+            # Optuna's journal backend would create an empty file: refuse instead.
+            raise UsageError(
+                f"{place}: the study's journal {url} is missing.\n"
+                "  fix: pass a run directory whose study has started (hpo run SPACE.json)")
+        # The lock is only taken to append; reading never touches it.
+        backend = optuna.storages.journal.JournalFileBackend(url)
+        return optuna.storages.JournalStorage(backend)
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        if not os.path.isfile(path):
+            raise UsageError(f"{place}: the study's database {path} is missing.\n"
+                             "  fix: pass a run directory whose study has started")
+        # SQLite's read-only mode: even a bug here could not write to the store.
+        url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    return optuna.storages.RDBStorage(url, skip_compatibility_check=True,
+                                      skip_table_creation=True)
+
+
+def _study_id(storage: optuna.storages.BaseStorage, name: str | None, place: Path) -> int:
+    try:
+        return storage.get_study_id_from_name(name)
+    except KeyError:
+        raise UsageError(
+            f"{place}: the store holds no study named {name!r} yet.\n"
+            "  fix: wait until `hpo run` has created it, or pass the right run directory"
+        ) from None
+
+
+def _store_files(url: str) -> list[str]:
+    if "://" not in url:
+        return [url]
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):]
+        return [path, path + "-wal"]
+    return []
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None

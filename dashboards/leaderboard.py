@@ -1,0 +1,174 @@
+"""The leaderboard: one row per trial, best first; sorted, filtered and paged
+server-side so that a 100,000-trial study sends one page to the browser.
+
+``query`` understands the filter expressions Dash's DataTable writes
+(``{col} > 3 && {state} contains COMPLETE``), so the table's own header
+filters work unchanged with ``filter_action="custom"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import math
+import re
+from numbers import Real
+from typing import Any
+
+from hpo.dashboards.data import Snapshot
+
+__all__ = ["columns", "rows", "query", "html_table"]
+
+ERROR_CHARS = 160
+
+
+@functools.lru_cache(maxsize=4)
+def columns(snap: Snapshot) -> tuple[dict[str, str], ...]:
+    """DataTable columns; parameters get ids ``param_<i>`` (names may hold anything)."""
+    fixed = [("rank", "rank", "numeric"), ("trial", "trial", "numeric"), ("state", "state", "text"),
+             ("value", snap.metric, "numeric")]
+    params = [(f"param_{i}", name, _kind(snap, name)) for i, name in enumerate(snap.param_names)]
+    tail = [("duration_s", "duration (s)", "numeric"), ("attempts", "attempts", "numeric"),
+            ("steps", "steps", "numeric"), ("host", "host", "text"), ("error", "error", "text")]
+    return tuple({"id": i, "name": n, "type": k} for i, n, k in fixed + params + tail)
+
+
+def _kind(snap: Snapshot, name: str) -> str:
+    values = (t.params[name] for t in snap.trials if name in t.params)
+    return "numeric" if all(isinstance(v, Real) and not isinstance(v, bool) for v in values) \
+        else "text"
+
+
+@functools.lru_cache(maxsize=4)
+def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
+    """Every trial as a table row, in rank order."""
+    names = snap.param_names
+    numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[4:])}
+    out = []
+    for rank, t in enumerate(snap.ranked, start=1):
+        row: dict[str, Any] = {
+            "rank": rank, "trial": t.number, "state": t.state.value, "value": _number(t.value),
+            "duration_s": None if t.duration_s is None else round(t.duration_s, 1),
+            "attempts": t.attempt, "steps": t.steps, "host": t.host or "",
+            "error": (t.error or "")[:ERROR_CHARS],
+        }
+        for i, name in enumerate(names):
+            value = t.params.get(name)
+            row[f"param_{i}"] = value if numeric[name] or value is None else str(value)
+        out.append(row)
+    return tuple(out)
+
+
+def _number(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
+
+
+# ------------------------------------------------------------------ querying
+
+_TERM = re.compile(
+    r"""\s*\{(?P<col>[^}]+)\}\s*
+        (?P<op>s=|s<|s>|s<=|s>=|s!=|<=|>=|!=|=|<|>|eq|ne|lt|le|gt|ge
+            |icontains|scontains|contains|idatestartswith|datestartswith|is\ blank|is\ nil)
+        \s*(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`|[^&|]*?)?\s*$""",
+    re.VERBOSE)
+_ALIASES = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+            "s=": "=", "s!=": "!=", "s<": "<", "s>": ">", "s<=": "<=", "s>=": ">="}
+
+
+def parse_filter(expression: str | None) -> list[tuple[str, str, str]]:
+    """``{col} op value && ...`` as ``(column, op, value)`` terms.
+
+    Raises
+    ------
+    ValueError
+        For a term it does not understand (the table shows no rows then).
+    """
+    terms = []
+    for part in (expression or "").split(" && "):
+        if not part.strip():
+            continue
+        match = _TERM.match(part)
+        if not match:
+            raise ValueError(f"cannot filter on {part!r}")
+        value = (match["value"] or "").strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        terms.append((match["col"], _ALIASES.get(match["op"], match["op"]), value))
+    return terms
+
+
+def _matches(cell: Any, op: str, value: str) -> bool:
+    if op in ("is blank", "is nil"):
+        return cell is None or cell == ""
+    if cell is None:
+        return False
+    if op in ("contains", "scontains"):
+        return value in str(cell)
+    if op == "icontains":
+        return value.lower() in str(cell).lower()
+    if op in ("datestartswith", "idatestartswith"):
+        return str(cell).startswith(value)
+    number = _as_float(value)
+    if isinstance(cell, Real) and not isinstance(cell, bool) and number is not None:
+        left, right = float(cell), number
+    else:
+        left, right = str(cell), value
+        if op == "=" and isinstance(cell, str):
+            left, right = left.lower(), right.lower()
+    return {"=": left == right, "!=": left != right, "<": left < right, "<=": left <= right,
+            ">": left > right, ">=": left >= right}[op]
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def query(table: tuple[dict[str, Any], ...] | list[dict[str, Any]], sort_by: list[dict] | None = None,
+          filter_query: str | None = None) -> list[dict[str, Any]]:
+    """The rows that pass ``filter_query``, ordered by ``sort_by`` (DataTable's
+    ``[{"column_id": ..., "direction": "asc"|"desc"}]``); blanks sort last."""
+    selected = list(table)
+    for column, op, value in parse_filter(filter_query):
+        selected = [r for r in selected if _matches(r.get(column), op, value)]
+    for key in reversed(sort_by or []):
+        column, descending = key["column_id"], key.get("direction") == "desc"
+        present = [r for r in selected if r.get(column) is not None and r.get(column) != ""]
+        blank = [r for r in selected if r.get(column) is None or r.get(column) == ""]
+        present.sort(key=lambda r: _sort_key(r[column]), reverse=descending)
+        selected = present + blank
+    return selected
+
+
+def _sort_key(cell: Any) -> tuple:
+    # Numbers before text, so a mixed column still sorts.
+    if isinstance(cell, Real) and not isinstance(cell, bool):
+        return (0, float(cell), "")
+    return (1, 0.0, str(cell))
+
+
+# ------------------------------------------------------------------ static HTML
+
+def html_table(snap: Snapshot, limit: int = 500) -> str:
+    """The best ``limit`` trials as an HTML table, every cell escaped."""
+    cols = columns(snap)
+    table = rows(snap)
+    head = "".join(f"<th>{html.escape(str(c['name']))}</th>" for c in cols)
+    body = "\n".join(
+        "<tr>" + "".join(f"<td class=\"{c['type']}\">{html.escape(_cell(row.get(c['id'])))}</td>"
+                         for c in cols) + "</tr>"
+        for row in table[:limit])
+    more = (f"<p class=\"note\">The best {limit} of {len(table)} trials; "
+            f"<code>hpo export {html.escape(snap.run_dir)}</code> lists them all.</p>"
+            if len(table) > limit else "")
+    return f"<table class=\"leaderboard\"><thead><tr>{head}</tr></thead>\n<tbody>{body}</tbody></table>{more}"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value + 0.0:.6g}"
+    return str(value)

@@ -1,0 +1,68 @@
+"""``hpo report``: every view in one self-contained HTML file.
+
+Plotly's JavaScript is embedded once, in the first figure; nothing is fetched
+when the file is opened, so it can be copied off a cluster without network
+access and opened anywhere. Everything placed in the HTML is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from hpo.dashboards import leaderboard
+from hpo.dashboards.data import Snapshot, load_snapshot
+from hpo.dashboards.views import VIEWS, summary
+
+__all__ = ["build_report", "write_report"]
+
+LEADERBOARD_ROWS = 500
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; }
+h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
+p.summary, p.what, p.note { color: #555; }
+nav a { margin-right: 1em; }
+table.leaderboard { border-collapse: collapse; font-size: 0.85em; }
+table.leaderboard th, table.leaderboard td { border: 1px solid #ddd; padding: 2px 6px; }
+table.leaderboard th { background: #f3f3f3; position: sticky; top: 0; }
+td.numeric { text-align: right; font-variant-numeric: tabular-nums; }
+div.scroll { max-height: 40em; overflow: auto; }
+"""
+
+
+def build_report(snap: Snapshot) -> str:
+    """The report as one HTML document."""
+    esc = html.escape
+    nav = " ".join(f'<a href="#{key}">{esc(label)}</a>'
+                   for key, label in [("leaderboard", "Leaderboard")] +
+                   [(v.key, v.label) for v in VIEWS])
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
+        f"<title>hpo report: {esc(snap.name)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>Study {esc(snap.name)}</h1>",
+        f"<p class=\"summary\">{esc(summary(snap))}</p>",
+        f"<p class=\"summary\">Run directory {esc(snap.run_dir)}; metric {esc(snap.metric)} "
+        f"({esc(snap.direction)}).</p><nav>{nav}</nav>",
+        "<section id=\"leaderboard\"><h2>Leaderboard</h2>",
+        f"<div class=\"scroll\">{leaderboard.html_table(snap, LEADERBOARD_ROWS)}</div></section>",
+    ]
+    for i, view in enumerate(VIEWS):
+        figure = view.figure(snap)
+        # Plotly's JavaScript inline once, in the first figure; the others reuse it.
+        div = figure.to_html(full_html=False, include_plotlyjs=i == 0, div_id=f"plot-{view.key}",
+                             config={"displaylogo": False, "responsive": True})
+        parts.append(f"<section id=\"{view.key}\" class=\"view\"><h2>{esc(view.label)}</h2>"
+                     f"<p class=\"what\">{esc(view.what)}</p>{div}</section>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write_report(run_dir: str | Path, output: str | Path) -> Path:
+    """Read ``run_dir`` once and write its report to ``output``."""
+    output = Path(output)
+    text = build_report(load_snapshot(run_dir))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    return output

@@ -1,0 +1,54 @@
+"""Colours, safe text and the empty-view figure shared by every view."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import plotly.graph_objects as go
+
+from hpo.trial._state import TrialState
+
+__all__ = ["STATE_COLOURS", "RETRIED", "plain", "message_figure", "base_layout"]
+
+STATE_COLOURS = {
+    TrialState.COMPLETE.value: "#2ca02c",
+    TrialState.PRUNED.value: "#ff7f0e",
+    TrialState.FAILED.value: "#d62728",
+    TrialState.TIMEOUT.value: "#9467bd",
+    TrialState.CANCELLED.value: "#7f7f7f",
+    TrialState.RUNNING.value: "#1f77b4",
+    TrialState.SUSPENDED.value: "#17becf",
+    TrialState.PENDING.value: "#c7c7c7",
+}
+# An earlier attempt of a trial, lost to an infrastructure fault and retried.
+RETRIED = "retried attempt"
+STATE_COLOURS[RETRIED] = "#8c564b"
+
+
+def plain(value: Any, limit: int | None = None) -> str:
+    """``value`` as text Plotly shows literally.
+
+    Plotly renders a subset of HTML in labels and hover text (``<b>``, ``<a
+    href>``...); a parameter value or an error message is user data, so its
+    ``<`` and ``&`` become entities, which Plotly displays as the characters.
+    """
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False)
+
+
+def base_layout(title: str, **extra: Any) -> dict[str, Any]:
+    return {"title": {"text": title, "x": 0.01}, "template": "plotly_white",
+            "margin": {"l": 60, "r": 20, "t": 60, "b": 50}, "height": 480, **extra}
+
+
+def message_figure(title: str, message: str) -> go.Figure:
+    """A view with nothing to draw yet says why, in the plot area."""
+    fig = go.Figure(layout=base_layout(title))
+    fig.add_annotation(text=plain(message), showarrow=False, x=0.5, y=0.5, xref="paper",
+                       yref="paper", font={"size": 16, "color": "#555"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig

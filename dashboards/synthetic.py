@@ -1,0 +1,202 @@
+"""A synthetic study written straight into a run directory, for the scale
+benchmark, the tests and trying the dashboard without running anything.
+
+Trials carry the same attributes ``hpo`` writes (run record, reports,
+events, segments, earlier attempts) and are scheduled on ``workers`` worker
+processes spread over hosts, so every view has something real to draw. The
+journal is built in memory through Optuna's own ``JournalStorage`` and
+written in one go: 100,000 trials take seconds instead of the hours
+100,000 x 20 fsync'd appends would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages.journal import BaseJournalBackend
+
+from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR
+
+__all__ = ["write_study", "SPACE"]
+
+SPACE = {
+    "learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    "units": {"type": "int", "low": 16, "high": 512},
+    "optimizer": {"type": "categorical", "choices": ["adam", "sgd", "rmsprop"]},
+    "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+}
+_DISTRIBUTIONS = {
+    "learning_rate": FloatDistribution(1e-4, 1e-1, log=True),
+    "units": IntDistribution(16, 512),
+    "optimizer": CategoricalDistribution(["adam", "sgd", "rmsprop"]),
+    "dropout": FloatDistribution(0.0, 0.5),
+}
+
+
+class _Buffer(BaseJournalBackend):
+    """A journal kept in a list, dumped to a file at the end."""
+
+    def __init__(self) -> None:
+        self.logs: list[dict[str, Any]] = []
+
+    def read_logs(self, log_number_from: int):
+        return self.logs[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self.logs.extend(logs)
+
+
+def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: int = 10,
+                seed: int = 0, name: str = "synthetic", running: int = 8,
+                extra_choice: str | None = None) -> Path:
+    """Write a study of ``trials`` trials into ``run_dir`` (created) and return it.
+
+    ``extra_choice`` adds one more optimizer choice (e.g. a string with HTML in
+    it, to test that views show it as text).
+    """
+    rng = random.Random(seed)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    choices = ["adam", "sgd", "rmsprop"] + ([extra_choice] if extra_choice else [])
+    distributions = {**_DISTRIBUTIONS, "optimizer": CategoricalDistribution(choices)}
+    space = {**SPACE, "optimizer": {"type": "categorical", "choices": choices}}
+    spec = {"name": name, "objective": "synthetic", "metric": {"name": "val_accuracy",
+            "direction": "maximize", "target": None},
+            "search": {"algorithm": "random", "max_trials": trials, "parallel": workers},
+            "resources": {"cpus": 4, "gpus": 1}, "space": space}
+    backend = _Buffer()
+    storage = optuna.storages.JournalStorage(backend)
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    hosts = max(1, workers // 8)
+    # Each worker takes the next trial as soon as it is free, as the engines do;
+    # times start at 0 and are shifted at the end so that the study ends now.
+    free = [(rng.random() * 5, slot) for slot in range(workers)]
+    made, last = [], 0.0
+    for number in range(trials):
+        at, slot = heapq.heappop(free)
+        is_running = number >= trials - min(running, trials // 4)
+        frozen, ended = _trial(rng, number, slot, hosts, at, steps, is_running,
+                               choices, distributions)
+        last = last if is_running else max(last, ended)
+        heapq.heappush(free, (ended + rng.random() * 0.5, slot))
+        made.append(frozen)
+    offset = time.time() - last - 30.0
+    for start in range(0, len(made), 2000):
+        study.add_trials([_shifted(t, offset) for t in made[start:start + 2000]])
+    text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in backend.logs)
+    (run_dir / "journal.log").write_text(text)
+    (run_dir / "study.json").write_text(json.dumps({"spec": spec, "storage": "journal.log"}))
+    return run_dir
+
+
+def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float, steps: int,
+           running: bool, choices: list[str], distributions: dict) -> tuple[Any, float]:
+    params = {
+        "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-1))),
+        "units": rng.randint(16, 512),
+        "optimizer": rng.choice(choices),
+        "dropout": rng.uniform(0.0, 0.5),
+    }
+    final = (0.97 - 0.04 * abs(math.log10(params["learning_rate"]) + 2.5)
+             - (0.03 if params["optimizer"] == "sgd" else 0.0) - 0.05 * params["dropout"] ** 2
+             + 0.01 * math.log2(params["units"] / 16) / 5 + rng.gauss(0, 0.01))
+    roll = rng.random()
+    state = ("PRUNED" if roll < 0.12 else "FAILED" if roll < 0.16 else "TIMEOUT" if roll < 0.18
+             else "COMPLETE")
+    if running:
+        state = "RUNNING"
+    done_steps = rng.randint(1, max(1, steps // 2)) if state in ("PRUNED", "FAILED") else steps
+    step_s = rng.uniform(5.0, 30.0)
+    host, pid = f"node{slot % hosts:03d}", 10_000 + slot
+    attrs: dict[str, Any] = {}
+    t = start
+    previous = []
+    if rng.random() < 0.02:  # an earlier attempt lost to an infrastructure fault
+        lost = t + rng.uniform(10, 60)
+        previous.append({"host": f"node{(slot + 1) % hosts:03d}", "pid": pid + 1, "started_at": t,
+                         "ended_at": lost, "error": {"type": "WorkerLost",
+                                                      "message": "worker died"}})
+        t = lost + 1.0
+    started = t
+    segmented = rng.random() < 0.05 and state == "COMPLETE"
+    intermediate = {}
+    for step in range(done_steps):
+        value = final - 0.3 * math.exp(-0.5 * step) + rng.gauss(0, 0.003)
+        intermediate[step] = value
+        attrs[f"{REPORT_ATTR}{step:06d}"] = {"val_accuracy": value, "loss": 1.0 - value}
+    ended = started + done_steps * step_s
+    if segmented:  # suspended half-way, resumed later on the same worker
+        half = done_steps // 2
+        pause = rng.uniform(30, 120)
+        cut = started + half * step_s
+        ended += pause
+        attrs[f"{SEGMENT_ATTR}000000"] = _segment(0, host, pid, started, cut, 0, half - 1, "suspended")
+        attrs[f"{SEGMENT_ATTR}000001"] = _segment(1, host, pid, cut + pause, ended, half,
+                                                  done_steps - 1, "complete")
+        attrs[f"{EVENT_ATTR}{int(cut * 1e9)}-1"] = _event(cut, "suspended", half - 1, host)
+        attrs[f"{EVENT_ATTR}{int((cut + pause) * 1e9)}-1"] = _event(cut + pause, "resumed", half, host)
+    if state == "PRUNED":
+        attrs[f"{EVENT_ATTR}{int(ended * 1e9)}-1"] = _event(ended, "pruned", done_steps - 1, host)
+    run: dict[str, Any] = {"host": host, "pid": pid, "attempt": len(previous) + 1,
+                           "started_at": started, "cpus": 4, "gpus": ["0"], "previous": previous}
+    if not running:
+        duration = ended - started
+        error = ({"type": "RuntimeError", "message": "CUDA out of memory"} if state == "FAILED"
+                 else {"type": "TimeLimit", "message": "exceeded time_limit_s"}
+                 if state == "TIMEOUT" else None)
+        run.update(ended_at=ended, duration_s=duration, core_seconds=4 * duration,
+                   gpu_seconds=duration, metrics=attrs.get(f"{REPORT_ATTR}{done_steps - 1:06d}"),
+                   error=error, timed_out=state == "TIMEOUT")
+    attrs[RUN_ATTR] = run
+    optuna_state = {"COMPLETE": optuna.trial.TrialState.COMPLETE,
+                    "PRUNED": optuna.trial.TrialState.PRUNED,
+                    "RUNNING": optuna.trial.TrialState.RUNNING}.get(state,
+                                                                     optuna.trial.TrialState.FAIL)
+    value = intermediate.get(done_steps - 1) if state in ("COMPLETE", "PRUNED") else None
+    frozen = optuna.trial.create_trial(
+        state=optuna_state, value=value, params=params, distributions=distributions,
+        user_attrs=attrs, intermediate_values=intermediate)
+    return frozen, ended
+
+
+def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.FrozenTrial:
+    """The trial with every time moved by ``offset`` seconds."""
+    def move(d: dict[str, Any], *keys: str) -> dict[str, Any]:
+        return {**d, **{k: d[k] + offset for k in keys if isinstance(d.get(k), float)}}
+
+    attrs = {}
+    for key, value in trial.user_attrs.items():
+        if key == RUN_ATTR:
+            value = move(value, "started_at", "ended_at")
+            value["previous"] = [move(p, "started_at", "ended_at") for p in value["previous"]]
+        elif key.startswith(SEGMENT_ATTR):
+            value = move(value, "started_at", "ended_at")
+        elif key.startswith(EVENT_ATTR):
+            value = move(value, "time")
+            key = f"{EVENT_ATTR}{int(value['time'] * 1e9)}-1"
+        attrs[key] = value
+    trial.user_attrs = attrs
+    run = attrs[RUN_ATTR]
+    trial.datetime_start = datetime.fromtimestamp(run["started_at"], timezone.utc)
+    if run.get("ended_at") is not None:
+        trial.datetime_complete = datetime.fromtimestamp(run["ended_at"], timezone.utc)
+    return trial
+
+
+def _segment(index: int, host: str, pid: int, start: float, end: float, first: int, last: int,
+             outcome: str) -> dict[str, Any]:
+    return {"index": index, "host": host, "pid": pid, "worker": None, "started_at": start,
+            "ended_at": end, "first_step": first, "last_step": last, "outcome": outcome}
+
+
+def _event(time: float, kind: str, step: int, host: str) -> dict[str, Any]:
+    return {"time": time, "kind": kind, "step": step, "reason": f"synthetic {kind}", "host": host}
