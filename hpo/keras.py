@@ -24,10 +24,19 @@ and dashboards see the learning curve. When ``trial.should_stop()`` turns
 True (pruned, the study's target reached, or the trial's time is up) the
 callback sets ``model.stop_training`` and ``fit`` returns after the current
 epoch; the objective then returns its best result so far.
+
+With a ``trial.checkpoint_dir`` the callback also checkpoints every epoch
+(Keras's ``BackupAndRestore``: weights, optimizer state, epoch counter) and
+restores the checkpoint when ``fit`` starts. A trial suspended at the end of
+a segment, or retried after its worker died, goes on from the epoch after the
+last one saved; the model must be built before ``fit`` (give it an ``Input``).
+As the history of a resumed ``fit`` holds only its own epochs, compute the
+result from ``trial.reports``, which holds every epoch.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import keras
@@ -36,12 +45,13 @@ __all__ = ["HpoCallback"]
 
 
 class HpoCallback(keras.callbacks.Callback):
-    """Report each epoch's logs to ``trial`` and stop training when it says so.
+    """Report each epoch's logs to ``trial``, checkpoint, and stop when told to.
 
     Parameters
     ----------
     trial:
-        The trial handed to the objective (needs ``report`` and ``should_stop``).
+        The trial handed to the objective (needs ``report`` and ``should_stop``;
+        with a ``checkpoint_dir``, training also resumes from its checkpoint).
     monitor_prefix:
         If given, only the metrics whose name starts with it are reported
         (``"val_"`` reports the validation metrics only). ``None`` reports all.
@@ -51,6 +61,20 @@ class HpoCallback(keras.callbacks.Callback):
         super().__init__()
         self.trial = trial
         self.monitor_prefix = monitor_prefix
+        checkpoint_dir = getattr(trial, "checkpoint_dir", None)
+        # Weights, optimizer state and the epoch counter, saved every epoch and
+        # kept after fit returns: a suspended or retried trial resumes exactly.
+        self._backup = None if checkpoint_dir is None else keras.callbacks.BackupAndRestore(
+            str(Path(checkpoint_dir) / "keras"), delete_checkpoint=False)
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        if self._backup is not None:
+            self._backup.set_model(model)
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._backup is not None:
+            self._backup.on_train_begin(logs)  # restores the last checkpoint, if any
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         metrics: dict[str, float] = {}
@@ -62,6 +86,11 @@ class HpoCallback(keras.callbacks.Callback):
             except (TypeError, ValueError):  # strings, arrays, None: not a metric
                 continue
             metrics[name] = number  # NaN stays: a diverged epoch is a real result
+        # Report before checkpointing: after a crash between the two, the epoch
+        # is trained and reported again (same step), never lost.
         self.trial.report(int(epoch), **metrics)
-        if self.trial.should_stop():
+        if self._backup is not None:
+            self._backup.on_epoch_end(epoch, logs)
+        last = epoch + 1 >= (getattr(self, "params", None) or {}).get("epochs", float("inf"))
+        if not last and self.trial.should_stop():  # after the last epoch, fit ends anyway
             self.model.stop_training = True

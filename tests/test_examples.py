@@ -24,7 +24,7 @@ FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 class FakeTrial:
     """Just the trial contract: records reports; ``stop_after`` reports make should_stop True."""
 
-    def __init__(self, config=None, number=0, stop_after=None, tmp=Path(".")):
+    def __init__(self, config=None, number=0, stop_after=None, tmp=None):
         self.config = dict(config or {})
         self.number = number
         self.checkpoint_dir = tmp
@@ -38,6 +38,10 @@ class FakeTrial:
 
     def should_stop(self) -> bool:
         return self.stop_after is not None and len(self.reports) >= self.stop_after
+
+    @property
+    def next_step(self) -> int:
+        return self.reports[-1][0] + 1 if self.reports else 0
 
 
 # ----------------------------------------------------------------- toy

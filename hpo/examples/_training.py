@@ -21,13 +21,17 @@ _OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
 def fit(model: keras.Model, data, trial: Any, *, optimizer: str, learning_rate: float | None,
         epochs: int, batch_size: int) -> dict[str, float]:
     """Train ``model`` on ``((x_train, y_train), (x_val, y_val))``, reporting every
-    epoch to ``trial`` and stopping when it says so; return the best epoch's logs."""
+    epoch to ``trial`` and stopping when it says so; return the best epoch's logs.
+
+    A trial that resumes (next segment, or a retry) goes on from its checkpoint,
+    and the best epoch is taken over all its reports, earlier segments included.
+    """
     (x_train, y_train), (x_val, y_val) = data
     model.compile(optimizer=make_optimizer(optimizer, learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    history = model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=epochs,
-                        batch_size=int(batch_size), callbacks=[HpoCallback(trial)], verbose=0)
-    return best_epoch(history)
+    model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=epochs,
+              batch_size=int(batch_size), callbacks=[HpoCallback(trial)], verbose=0)
+    return best_epoch(trial.reports)
 
 
 def make_optimizer(name: str, learning_rate: float | None = None) -> keras.optimizers.Optimizer:
@@ -41,14 +45,14 @@ def make_optimizer(name: str, learning_rate: float | None = None) -> keras.optim
     return cls() if learning_rate is None else cls(learning_rate=float(learning_rate))
 
 
-def best_epoch(history: keras.callbacks.History) -> dict[str, float]:
-    """Return the logs of the epoch with the highest ``val_accuracy`` (first on ties)."""
-    logs = history.history
-    if not logs.get("val_accuracy"):
+def best_epoch(reports: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
+    """Return the metrics of the reported epoch with the highest ``val_accuracy``
+    (the earliest on ties)."""
+    scored = [(step, m) for step, m in reports if "val_accuracy" in m]
+    if not scored:
         raise RuntimeError("training ran no epoch: nothing to return")
-    scores = logs["val_accuracy"]
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-    return {name: float(values[best]) for name, values in logs.items() if len(values) > best}
+    _, metrics = max(scored, key=lambda sm: (sm[1]["val_accuracy"], -sm[0]))
+    return dict(metrics)
 
 
 def epochs_from(config: dict[str, Any], default: int) -> int:

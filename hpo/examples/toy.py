@@ -1,16 +1,19 @@
 """Objectives with no machine learning, for tests, demos and overhead benchmarks.
 
 ``sleep`` and ``slow`` take time, ``quadratic`` has a learning curve and a
-known optimum (x=2, y=-1, value 0, to maximise), ``fail`` and ``nan`` misbehave
-on purpose. All return ``{"value": ...}`` except ``nan``, which returns a float.
+known optimum (x=2, y=-1, value 0, to maximise), ``curve`` is a learning curve
+of chosen height and speed that resumes where it was suspended, ``fail`` and
+``nan`` misbehave on purpose. All return ``{"value": ...}`` except ``nan``,
+which returns a float.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
-__all__ = ["sleep", "quadratic", "fail", "nan", "slow"]
+__all__ = ["sleep", "quadratic", "curve", "fail", "nan", "slow"]
 
 
 def sleep(config: dict[str, Any], trial: Any) -> dict[str, float]:
@@ -31,6 +34,25 @@ def quadratic(config: dict[str, Any], trial: Any) -> dict[str, float]:
         value = target - (steps - 1 - step) / steps  # reaches the target at the last step
         trial.report(step, value=value)
         if trial.should_stop():
+            break
+    return {"value": value}
+
+
+def curve(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Report ``quality * (1 - exp(-rate * (step + 1)))`` for ``steps`` (10) steps,
+    sleeping ``step_s`` (0) each; ``quality`` 1.0 and ``rate`` 0.5 by default.
+
+    The value depends on the step alone, so a suspended trial resumes exactly
+    at ``trial.next_step``. Returns the last value reported.
+    """
+    quality, rate = float(config.get("quality", 1.0)), float(config.get("rate", 0.5))
+    steps, step_s = int(config.get("steps", 10)), float(config.get("step_s", 0.0))
+    value = quality * (1 - math.exp(-rate * trial.next_step))
+    for step in range(trial.next_step, steps):
+        time.sleep(step_s)
+        value = quality * (1 - math.exp(-rate * (step + 1)))
+        trial.report(step, value=value)
+        if step + 1 < steps and trial.should_stop():  # the last step ends it anyway
             break
     return {"value": value}
 
