@@ -64,7 +64,13 @@ CORPUS = [
     ("objective_not_callable.json", "$.objective", "function", ["no callable 'time'"]),
     ("bool_as_number.json", "$.space.units.low", "integer", ["a boolean"]),
     ("negative_cpus.json", "$.resources.cpus", ">= 1", ["-2"]),
+    ("unknown_param_type.json", "$.space.lr.type", '"float"', ["'double'"]),
+    ("nan_in_json.json", "$.space.dropout.low", "number", ["got nan"]),
+    ("int_beyond_float_precision.json", "$.space.seed_offset.high", "9007199254740992",
+     ["beyond 2**53"]),
 ]
+# Resources that no worker can satisfy are valid files, refused only when the
+# engine meets the machine: tests/bad_spaces/resources/, see test_bad_input.py.
 
 
 def test_corpus_matches_the_table():

@@ -37,6 +37,9 @@ __all__ = ["Choice", "Param", "CategoricalParam", "IntParam", "FloatParam", "par
 Choice = str | int | float | bool | None
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Optuna stores every parameter value as a 64-bit float: beyond 2**53 neighbouring
+# integers become one value, so distinct grid points would silently run the same config.
+_EXACT_INT = 2**53
 _JSON_TYPES = {
     bool: "a boolean", int: "an integer", float: "a number", str: "a string",
     list: "an array", tuple: "an array", dict: "an object", type(None): "null",
@@ -279,6 +282,14 @@ class IntParam(Param):
         at = self.loc
         as_int(self.low, at / "low")
         as_int(self.high, at / "high")
+        for key in ("low", "high"):
+            if abs(getattr(self, key)) > _EXACT_INT:
+                (at / key).fail(
+                    f"{key}={getattr(self, key)!r} is beyond 2**53, where the store (64-bit floats) "
+                    "cannot tell neighbouring integers apart",
+                    f"keep int ranges within -{_EXACT_INT} and {_EXACT_INT}, or use a float "
+                    'parameter ("log": true for a range this wide)',
+                )
         as_int(self.step, at / "step", minimum=1)
         as_bool(self.log, at / "log")
         if self.num is not None:
