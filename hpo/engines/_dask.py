@@ -54,6 +54,29 @@ class DaskEngine(Engine):
         # Done-callbacks feed this queue: completion is learned without a
         # round trip to the scheduler.
         self._done: queue.Queue = queue.Queue()
+        if scheduler is None:
+            self._check_machine()
+
+    def _check_machine(self) -> None:
+        """The embedded cluster runs on this machine: refuse a trial that it can
+        never serve now, before the caller creates a run directory or a study."""
+        from dask.system import CPU_COUNT  # this process's share (affinity, cgroup)
+
+        if self.cpus > CPU_COUNT:
+            raise EngineError(
+                f"$.resources.cpus: the study asks for {self.cpus} CPUs per trial, and this "
+                f"machine gives {CPU_COUNT}.\n  fix: lower \"resources\": {{\"cpus\": ...}} to at "
+                f"most {CPU_COUNT}, or start workers with --resources CPU={self.cpus} on bigger "
+                "nodes and pass --scheduler"
+            )
+        shown = visible_gpus() if self.gpus else []
+        if len(shown) < self.gpus:
+            raise EngineError(
+                f"$.resources.gpus: the study asks for {self.gpus} GPU(s) per trial, and this "
+                f"machine shows {len(shown)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower "
+                "\"resources\": {\"gpus\": ...}, or start workers with --resources GPU=N and "
+                "pass --scheduler"
+            )
 
     def start(self) -> None:
         from distributed import Client
@@ -82,13 +105,9 @@ class DaskEngine(Engine):
         from distributed import Nanny, Scheduler, SpecCluster
 
         ids = visible_gpus()
+        # At least one group (checked when the engine was made); should the GPUs
+        # have gone since, no worker starts and _plan_resources refuses the study.
         groups = [ids[i:i + self.gpus] for i in range(0, len(ids) - self.gpus + 1, self.gpus)]
-        if not groups:
-            raise EngineError(
-                f"the study asks for {self.gpus} GPU(s) per trial, and this machine shows "
-                f"{len(ids)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower \"resources\": "
-                "{\"gpus\": ...}, or start workers with --resources GPU=N and pass --scheduler"
-            )
         workers = {
             f"gpu-{'-'.join(group)}": {"cls": Nanny, "options": {
                 "nthreads": 1, "host": "127.0.0.1", "env": {"CUDA_VISIBLE_DEVICES": ",".join(group)},
@@ -111,7 +130,8 @@ class DaskEngine(Engine):
             have = sorted({" ".join(f"{k}={v}" for k, v in r.items()) or "none" for r in declared})
             need = " ".join(f"{k}={v}" for k, v in wanted.items())
             raise EngineError(
-                f"no Dask worker can run a trial needing {need}; workers offer: {', '.join(have)}.\n"
+                f"$.resources: no Dask worker can run a trial needing {need}; workers offer: "
+                f"{', '.join(have)}.\n"
                 f"  fix: start workers with --resources \"{need}\", or lower \"resources\" in the space"
             )
         self._resources, self._slots = wanted, sum(fits)
