@@ -158,6 +158,10 @@ def _status(args: argparse.Namespace) -> int:
     _print_best(result, Path(args.run_dir))
     cost = result.cost
     print(f"cost: {cost['core_hours']:.3f} core-hours, {cost['gpu_hours']:.3f} GPU-hours")
+    from hpo.launchers.commands import status_lines  # SLURM jobs sent with hpo submit
+
+    for line in status_lines(Path(args.run_dir)):
+        print(line)
     return 0
 
 
