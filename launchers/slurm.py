@@ -87,7 +87,10 @@ def directives(options: Mapping[str, object], extra: Iterable[str] = ()) -> str:
     for key, value in options.items():
         if value is None or value is False:
             continue
-        lines.append(f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={value}")
+        text = str(value)
+        if any(c.isspace() for c in text):  # sbatch reads double-quoted directive values
+            text = f'"{text}"'
+        lines.append(f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={text}")
     lines += [f"#SBATCH {option}" for option in extra]
     return "\n".join(lines)
 

@@ -149,9 +149,28 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     # -- stop ------------------------------------------------------------
 
     def stop(self) -> None:
+        self.cancel_all()
         subprocess.run(["scontrol", "shutdown"], env=self.env, capture_output=True, timeout=30)
         for name in ("slurmd", "slurmctld", "munged"):
             self._stop_pid(name)
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs still queued or running."""
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True,
+                             text=True, timeout=30).stdout
+        return out.split()
+
+    def cancel_all(self, timeout: float = 30) -> None:
+        """Cancel every job and wait for them to leave (their processes die with them)."""
+        if self._pid("slurmctld") is None:
+            return
+        ids = self.jobs()
+        if ids:
+            subprocess.run(["scancel", *ids], env=self.env, capture_output=True, timeout=30)
+            try:
+                _wait_for(lambda: not self.jobs(), timeout, "jobs to end")
+            except TimeoutError:
+                pass
 
     def _stop_pid(self, name: str) -> None:
         pid = self._pid(name)
