@@ -20,7 +20,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from hpo.dashboards.data import Snapshot, TrialView
-from hpo.dashboards.style import STATE_COLOURS, base_layout, message_figure, plain
+from hpo.dashboards.style import STATE_COLOURS, base_layout, message_figure, plain, short
 from hpo.trial._state import TrialState
 
 __all__ = ["history", "parallel", "importance", "curves", "MIN_IMPORTANCE_TRIALS"]
@@ -67,14 +67,16 @@ def history(snap: Snapshot) -> go.Figure:
         x=numbers, y=values, mode="markers", name="completed trial",
         marker={"size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6},
         hovertemplate="trial %{x}<br>%{y:.6g}<extra></extra>"))
-    pruned = [t for t in snap.trials if t.state is TrialState.PRUNED and t.value is not None]
-    if pruned:
-        fig.add_trace(go.Scattergl(
-            x=np.fromiter((t.number for t in pruned), float, len(pruned)),
-            y=np.fromiter((t.value for t in pruned), float, len(pruned)), mode="markers",
-            name="pruned (value when stopped)", visible="legendonly",
-            marker={"size": 4, "color": STATE_COLOURS["PRUNED"], "symbol": "x"},
-            hovertemplate="trial %{x} (pruned)<br>%{y:.6g}<extra></extra>"))
+    for state in (TrialState.PRUNED, getattr(TrialState, "STOPPED", None)):
+        early = [t for t in snap.trials if state and t.state is state and t.value is not None]
+        if early:
+            word = state.value.lower()
+            fig.add_trace(go.Scattergl(
+                x=np.fromiter((t.number for t in early), float, len(early)),
+                y=np.fromiter((t.value for t in early), float, len(early)), mode="markers",
+                name=f"{word} (value when ended)", visible="legendonly",
+                marker={"size": 4, "color": STATE_COLOURS[state.value], "symbol": "x"},
+                hovertemplate=f"trial %{{x}} ({word})<br>%{{y:.6g}}<extra></extra>"))
     fig.add_trace(go.Scatter(
         x=np.r_[numbers[changed], numbers[-1]], y=np.r_[best[changed], best[-1]], mode="lines",
         line={"shape": "hv", "color": "#111", "width": 2}, name="best so far",
@@ -117,7 +119,8 @@ def _dimension(name: str, values: list[Any], declared: Any) -> dict[str, Any]:
     labels = list(dict.fromkeys([str(c) for c in order] + sorted({str(v) for v in values})))
     index = {label: i for i, label in enumerate(labels)}
     return {"label": plain(name), "values": np.array([index[str(v)] for v in values], float),
-            "tickvals": list(range(len(labels))), "ticktext": [plain(x, 24) for x in labels]}
+            # Parcoords draws tick text literally (unlike labels): no entities here.
+            "tickvals": list(range(len(labels))), "ticktext": [short(x, 24) for x in labels]}
 
 
 @functools.lru_cache(maxsize=4)
@@ -237,7 +240,7 @@ def _marks(trials: list[TrialView], metric: str, kind: str) -> tuple[list, list,
     xs, ys, ids = [], [], []
     for trial in trials:
         steps = [e.get("step") for e in trial.events if e.get("kind") == kind]
-        if not steps and kind == "pruned" and trial.state is TrialState.PRUNED and trial.reports:
+        if not steps and trial.state.value == kind.upper() and trial.reports:
             steps = [trial.reports[-1][0]]
         for step in steps:
             point = _value_at(trial, metric, step)

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from hpo.trial._state import TrialState
 
-__all__ = ["STATE_COLOURS", "RETRIED", "plain", "message_figure", "base_layout"]
+__all__ = ["STATE_COLOURS", "RETRIED", "plain", "short", "message_figure", "base_layout"]
 
 STATE_COLOURS = {
     TrialState.COMPLETE.value: "#2ca02c",
@@ -21,9 +21,18 @@ STATE_COLOURS = {
     TrialState.SUSPENDED.value: "#17becf",
     TrialState.PENDING.value: "#c7c7c7",
 }
+# States added to the vocabulary later get a colour too.
+STATE_COLOURS.update({s.value: c for s, c in zip(
+    [s for s in TrialState if s.value not in STATE_COLOURS], ["#bcbd22", "#e377c2", "#aec7e8"])})
 # An earlier attempt of a trial, lost to an infrastructure fault and retried.
 RETRIED = "retried attempt"
 STATE_COLOURS[RETRIED] = "#8c564b"
+
+
+def short(value: Any, limit: int) -> str:
+    """``value`` as text of at most ``limit`` characters."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def plain(value: Any, limit: int | None = None) -> str:
@@ -33,10 +42,7 @@ def plain(value: Any, limit: int | None = None) -> str:
     href>``...); a parameter value or an error message is user data, so its
     ``<`` and ``&`` become entities, which Plotly displays as the characters.
     """
-    text = str(value)
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return html.escape(text, quote=False)
+    return html.escape(str(value) if limit is None else short(value, limit), quote=False)
 
 
 def base_layout(title: str, **extra: Any) -> dict[str, Any]:

@@ -27,11 +27,9 @@ __all__ = ["Intervals", "intervals", "timeline", "utilisation", "cost"]
 MAX_BARS = 2500
 TIME_BINS = 240
 UTILISATION_BINS = 600
-# Segment outcomes (as the trial code writes them) drawn in a state's colour.
-_OUTCOMES = {"complete": "COMPLETE", "completed": "COMPLETE", "pruned": "PRUNED",
-             "failed": "FAILED", "timeout": "TIMEOUT", "cancelled": "CANCELLED",
-             "interrupted": "CANCELLED", "suspended": "SUSPENDED", "running": "RUNNING",
-             "stopped": "COMPLETE"}
+# Segment outcomes are state values; a few other words map onto them.
+_OUTCOMES = {**{s.value: s.value for s in TrialState}, "COMPLETED": "COMPLETE",
+             "INTERRUPTED": "CANCELLED"}
 _LIVE = (TrialState.RUNNING, TrialState.SUSPENDED)
 
 
@@ -64,7 +62,7 @@ def intervals(snap: Snapshot) -> Intervals:
                 RETRIED, t)
         if t.segments:
             for seg in t.segments:
-                outcome = _OUTCOMES.get(str(seg.get("outcome") or "").lower(), t.state.value)
+                outcome = _OUTCOMES.get(str(seg.get("outcome") or "").upper(), t.state.value)
                 stop = seg.get("ended_at")
                 if stop is None and t.state in _LIVE:
                     stop, outcome = now, TrialState.RUNNING.value

@@ -1,0 +1,298 @@
+"""The dashboard's data, views, leaderboard, report and commands, without a browser.
+
+Studies are real runs of the toy objectives on the inline engine (a fraction of
+a second each); the synthetic study of ``hpo.dashboards.synthetic`` adds what
+small real runs do not produce: retried attempts, suspended segments, many
+workers, running trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import plotly.graph_objects as go
+import pytest
+
+import hpo
+from hpo.dashboards import figures, leaderboard, timeline
+from hpo.dashboards.data import StoreReader, load_snapshot
+from hpo.dashboards.report import build_report
+from hpo.dashboards.synthetic import write_study
+from hpo.dashboards.views import VIEWS, summary
+from hpo.trial._state import RUN_ATTR
+from conftest import ROOT, toy_space
+
+XSS = "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>"
+_SCRIPT = Path(sys.executable).parent / "hpo"
+HPO = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "hpo"]
+
+
+def real_study(runs_dir: Path, name: str, pruned: bool = False, **search) -> Path:
+    """A real study of the toy quadratic (6 reported steps per trial), with a
+    categorical parameter whose second choice is HTML with script in it."""
+    extra = {"early_stopping": {"pruner": "median", "min_steps": 3}} if pruned else {}
+    space = toy_space(name, space={"x": [0, 1, 2, 3, 4, 5], "y": [-1, 0, 1], "tag": ["plain", XSS]},
+                      fixed={"steps": 6}, search=search, **extra)
+    hpo.run(space, engine="inline", runs_dir=runs_dir, progress=False)
+    return Path(runs_dir) / name
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory) -> Path:
+    """36 completed trials (the whole grid)."""
+    return real_study(tmp_path_factory.mktemp("runs"), "grid")
+
+
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory) -> Path:
+    """Random search with the median pruner: most trials pruned, with events."""
+    return real_study(tmp_path_factory.mktemp("runs"), "pruned", pruned=True,
+                      algorithm="random", max_trials=20, seed=3)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    return write_study(tmp_path_factory.mktemp("runs") / "syn", 400, workers=6, seed=1,
+                       extra_choice=XSS)
+
+
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def figure_text(fig: go.Figure) -> str:
+    return fig.to_json()
+
+
+# ------------------------------------------------------------------ snapshot
+
+def test_snapshot_holds_every_trial_as_hpo_status_ranks_them(grid):
+    snap = load_snapshot(grid)
+    result = hpo.results.StudyResult.load(grid)
+    assert len(snap.trials) == 36 and snap.metric == "value" and snap.direction == "maximize"
+    assert [t.number for t in snap.ranked] == [t.number for t in result.ranked()]
+    best = snap.ranked[0]
+    assert best.params["x"] == 2 and best.params["y"] == -1 and best.value == 0.0
+    assert [step for step, _ in best.reports] == list(range(6))
+    assert best.reports[-1][1]["value"] == best.value
+    assert best.pid == os.getpid() and best.cpus == 1 and best.worker.endswith(f":{os.getpid()}")
+    assert snap.param_names == ["tag", "x", "y"]  # the normalised space's order
+
+
+def test_reading_never_writes_to_the_store(grid, tmp_path):
+    before = files_of(grid)
+    reader = StoreReader(grid)
+    reader.snapshot()
+    build_report(reader.snapshot())
+    assert files_of(grid) == before  # no lock file, no new line, nothing created
+
+
+def test_a_refresh_rereads_only_when_the_store_changed_and_reuses_finished_trials(tmp_path):
+    run_dir = real_study(tmp_path, "live", algorithm="random", max_trials=6, seed=1)
+    reader = StoreReader(run_dir)
+    first = reader.snapshot()
+    assert reader.snapshot() is first  # unchanged store: the same snapshot, nothing re-read
+    hpo.run(toy_space("live", space={"x": [0, 1, 2, 3, 4, 5], "y": [-1, 0, 1],
+                                     "tag": ["plain", XSS]}, fixed={"steps": 6},
+                      search={"algorithm": "random", "max_trials": 9, "seed": 1}),
+            engine="inline", runs_dir=tmp_path, progress=False)
+    second = reader.snapshot()
+    assert second is not first and len(second.trials) == 9 and second.version != first.version
+    assert all(a is b for a, b in zip(first.trials, second.trials))  # finished: built once
+
+
+def test_missing_or_wrong_run_directories_are_usage_errors(tmp_path):
+    with pytest.raises(hpo.errors.UsageError, match="no such directory"):
+        StoreReader(tmp_path / "nope")
+    with pytest.raises(hpo.errors.UsageError, match="not a run directory"):
+        StoreReader(tmp_path)
+    (tmp_path / "study.json").write_text(json.dumps({"spec": {"name": "s"}, "storage": "journal.log"}))
+    with pytest.raises(hpo.errors.UsageError, match="journal .* is missing"):
+        StoreReader(tmp_path)
+    assert not (tmp_path / "journal.log").exists()  # refused, not created
+
+
+# ------------------------------------------------------------------ views
+
+def test_every_view_draws_the_real_study(grid):
+    snap = load_snapshot(grid)
+    for view in VIEWS:
+        fig = view.figure(snap)
+        assert isinstance(fig, go.Figure) and fig.data, view.key
+    history = figures.history(snap)
+    best_line = next(t for t in history.data if t.name == "best so far")
+    assert list(best_line.y) == sorted(best_line.y) and best_line.y[-1] == 0.0  # never worse
+    assert len(history.data[0].x) == 36
+    parallel = figures.parallel(snap).data[0]
+    assert [d.label for d in parallel.dimensions] == ["tag", "x", "y", "value"]
+    importance = figures.importance(snap).data[0]
+    assert isinstance(importance, go.Bar) and set(importance.y) == {"x", "y", "tag"}
+    # x and y decide the value, tag does nothing.
+    scores = dict(zip(importance.y, importance.x))
+    assert scores["tag"] < min(scores["x"], scores["y"])
+    assert len(timeline.timeline(snap).data[0].y) == 36  # one bar per trial
+
+
+def test_user_text_is_shown_as_text_in_every_figure(grid, synthetic):
+    for snap in (load_snapshot(grid), load_snapshot(synthetic)):
+        for view in VIEWS:
+            text = figure_text(view.figure(snap))
+            # Only the parallel coordinates' tick text (drawn literally by Plotly) keeps it raw.
+            if view.key != "parallel":
+                assert "<script" not in text and "<img" not in text, view.key
+        tick = [d for d in figures.parallel(snap).data[0].dimensions if d.label in ("tag", "optimizer")]
+        assert any(t.startswith("<script>") for t in tick[0].ticktext)
+
+
+def test_too_few_trials_for_importance_says_so(tmp_path):
+    snap = load_snapshot(real_study(tmp_path, "few", algorithm="random", max_trials=5, seed=0))
+    fig = figures.importance(snap)
+    assert not fig.data and "at least 20 completed trials; 5 so far" in fig.layout.annotations[0].text
+
+
+def test_an_empty_study_draws_messages_not_errors(tmp_path):
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(run_dir / "journal.log")))
+    optuna.create_study(study_name="empty", storage=storage, direction="minimize")
+    (run_dir / "study.json").write_text(json.dumps(
+        {"spec": {"name": "empty", "metric": {"name": "loss"}}, "storage": "journal.log"}))
+    snap = load_snapshot(run_dir)
+    for view in VIEWS:
+        fig = view.figure(snap)
+        assert not fig.data and fig.layout.annotations, view.key
+    assert "0 trials" in summary(snap) and "<table" in build_report(snap)
+
+
+def test_learning_curves_mark_pruned_trials_where_they_were_pruned(pruned):
+    snap = load_snapshot(pruned)
+    were_pruned = [t for t in snap.trials if t.state is hpo.TrialState.PRUNED]
+    assert were_pruned and all(e["kind"] == "pruned" for t in were_pruned for e in t.events)
+    fig = figures.curves(snap)
+    marks = next(t for t in fig.data if t.name == "pruned here")
+    expected = {(t.number, t.events[0]["step"]) for t in were_pruned}
+    assert set(zip(marks.customdata, marks.x)) == expected
+
+
+def test_timeline_draws_segments_retries_and_running_trials(synthetic):
+    snap = load_snapshot(synthetic)
+    fig = timeline.timeline(snap)
+    names = {trace.name for trace in fig.data}
+    assert {"complete", "suspended", "retried attempt", "running", "pruned"} <= names
+    iv = timeline.intervals(snap)
+    segmented = [t for t in snap.trials if t.segments]
+    retried = [t for t in snap.trials if t.previous]
+    assert segmented and retried
+    assert len(iv.start) == len(snap.trials) + len(segmented) + len(retried)  # 2 segments each
+    running = [i for i, k in enumerate(iv.kind) if k == "RUNNING"]
+    assert running and all(iv.end[i] == snap.taken_at for i in running)
+
+
+def test_timeline_is_binned_beyond_its_bar_limit(synthetic, monkeypatch):
+    monkeypatch.setattr(timeline, "MAX_BARS", 50)
+    snap = load_snapshot(synthetic)  # a new snapshot: nothing memoised
+    fig = timeline.timeline(snap)
+    assert len(fig.data) == 1 and isinstance(fig.data[0], go.Heatmap)
+    assert fig.data[0].z.shape == (len(set(timeline.intervals(snap).row)), timeline.TIME_BINS)
+
+
+def test_busy_time_per_bin_is_exact():
+    busy = timeline._busy_per_bin(np.array([0.0, 5.0]), np.array([10.0, 15.0]),
+                                  np.array([0.0, 5.0, 10.0, 15.0, 20.0]))
+    assert busy.tolist() == [5.0, 10.0, 5.0, 0.0]
+
+
+def test_cost_adds_up_recorded_running_and_retried_hours(synthetic):
+    snap = load_snapshot(synthetic)
+    spent = timeline.cost(snap)
+    finished = sum(t.core_seconds for t in snap.trials if t.ended_at is not None)
+    running = sum((snap.taken_at - t.started_at) * t.cpus for t in snap.trials if t.ended_at is None)
+    retried = sum((p["ended_at"] - p["started_at"]) * t.cpus for t in snap.trials for p in t.previous)
+    assert spent["core_hours"] == pytest.approx((finished + running + retried) / 3600)
+    assert spent["retried_core_hours"] == pytest.approx(retried / 3600) and retried > 0
+    assert spent["pruned_core_hours"] == pytest.approx(sum(
+        t.core_seconds for t in snap.trials if t.state is hpo.TrialState.PRUNED) / 3600)
+    assert spent["gpu_hours"] > 0
+    fig = timeline.utilisation(snap)
+    assert f"{spent['core_hours']:.2f} core-hours" in fig.layout.title.text
+    slots = next(t for t in fig.data if str(t.name).startswith("available slots"))
+    assert list(slots.y) == [6, 6]  # search.parallel
+
+
+# ------------------------------------------------------------------ leaderboard
+
+def test_leaderboard_rows_sort_and_filter_on_the_server(grid):
+    snap = load_snapshot(grid)
+    table = leaderboard.rows(snap)
+    cols = {c["id"]: c["name"] for c in leaderboard.columns(snap)}
+    tag = next(i for i, n in cols.items() if n == "tag")
+    assert [r["rank"] for r in table] == list(range(1, 37)) and table[0]["value"] == 0.0
+    by_trial = leaderboard.query(table, [{"column_id": "trial", "direction": "desc"}])
+    assert [r["trial"] for r in by_trial] == list(range(35, -1, -1))
+    two_keys = leaderboard.query(table, [{"column_id": "param_1", "direction": "asc"},
+                                         {"column_id": "value", "direction": "desc"}])
+    assert [(r["param_1"], -r["value"]) for r in two_keys] == sorted(
+        (r["param_1"], -r["value"]) for r in table)
+    assert len(leaderboard.query(table, filter_query=f"{{{tag}}} contains script")) == 18
+    assert len(leaderboard.query(table, filter_query="{value} >= -1 && {state} scontains COMPLETE")) == 8
+    assert len(leaderboard.query(table, filter_query='{param_1} = 2')) == 6
+    with pytest.raises(ValueError, match="cannot filter"):
+        leaderboard.query(table, filter_query="value > 1")
+
+
+def test_html_table_escapes_every_cell(grid):
+    text = leaderboard.html_table(load_snapshot(grid), limit=10)
+    assert "<script" not in text and "&lt;script&gt;window.__xss=1&lt;/script&gt;" in text
+    assert text.count("<tr>") == 11 and "The best 10 of 36 trials" in text
+
+
+# ------------------------------------------------------------------ report and commands
+
+def test_report_is_self_contained_with_plotly_once(grid):
+    text = build_report(load_snapshot(grid))
+    assert text.count("plotly.js v") == 1  # the library's banner: embedded once
+    # Nothing to fetch: no script, style sheet or image loaded from anywhere.
+    assert not re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=", text)
+    assert text.count('class="plotly-graph-div"') == len(VIEWS)
+    assert "<script>window.__xss" not in text and "<img src=x" not in text
+
+
+def hpo_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([*HPO, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_report_command_writes_the_file(grid, tmp_path):
+    out = tmp_path / "sub" / "report.html"
+    proc = hpo_cli("report", grid, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 1_000_000 and "Study grid" in out.read_text()
+
+
+@pytest.mark.parametrize("command", ["dashboard", "report"])
+def test_commands_refuse_a_missing_run_directory_with_status_2(command, tmp_path):
+    proc = hpo_cli(command, tmp_path / "missing")
+    assert proc.returncode == 2
+    assert "hpo: error:" in proc.stderr and "no such directory" in proc.stderr
+    assert "fix:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dashboard_refuses_a_bad_port(grid):
+    proc = hpo_cli("dashboard", grid, "--port", "70000")
+    assert proc.returncode == 2 and "not a port" in proc.stderr
+
+
+def test_the_run_record_carries_what_the_views_read(grid):
+    # The fields the timeline and cost views rely on, as the trial wrapper writes them.
+    frozen = StoreReader(grid)._storage.get_all_trials(0, deepcopy=False)[0]
+    run = frozen.user_attrs[RUN_ATTR]
+    assert {"host", "pid", "cpus", "gpus", "started_at", "ended_at", "core_seconds",
+            "previous"} <= set(run)
