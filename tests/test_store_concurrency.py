@@ -17,10 +17,11 @@ the master does. Then the store is checked from outside:
 - every snapshot the master read while the writers ran was a gap-free prefix
   with the right values (no torn or reordered records).
 
-Sizes: the journal runs the full 8 x 2,000 (about 15 s). SQLite commits and
-fsyncs every write (about 300 writes/s on a local disk, ~100 s at full size),
-so it runs 8 x 500 here; ``HPO_CONCURRENCY_REPORTS=2000`` runs it at full size,
-as ``bench/store_ingest.py`` always does (and it checks the counts too).
+Sizes: the journal runs the full 8 x 2,000 (15 to 30 s on 2 cores). SQLite
+commits and fsyncs every write (about 300 writes/s on a local disk, 100 to
+150 s at full size), so it runs 8 x 500 here; ``HPO_CONCURRENCY_REPORTS=2000``
+runs it at full size, as ``bench/store_ingest.py`` always does (and it checks
+the counts too).
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ def _check_prefix(trial: optuna.trial.FrozenTrial, reports: int, seen: dict[int,
     assert len(values) <= reports and len(keys) <= reports
     assert len(values) >= seen.get(trial.number, 0), "a report seen earlier disappeared"
     for step in range(seen.get(trial.number, 0), len(values)):
-        assert values.get(step) == expected_metrics(trial.number, step)[METRIC], (step, values.get(step))
+        value = values.get(step)
+        assert value == expected_metrics(trial.number, step)[METRIC], (step, value)
         if step < len(keys):
             attr = trial.user_attrs.get(f"{REPORT_ATTR}{step:06d}")
             assert attr == expected_metrics(trial.number, step), (step, attr)

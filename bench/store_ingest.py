@@ -1,0 +1,269 @@
+"""Store ingest: reports per second while many processes write one study at once.
+
+P separate processes (multiprocessing, spawn) each own one trial and report
+steps 0..R-1 with two metrics, all starting at the same instant, as P trials
+on P workers do. The figure is P * R over the wall time from that instant to
+the last process finishing (interpreter start-up and opening the store are not
+counted). Contenders, interleaved in one run on the same disk:
+
+- hpo, journal file (the default store): ``hpo.store.open_storage`` and a
+  store-backed ``hpo.trial.Trial``, as the trial task builds it on a worker;
+  a report is two writes (the intermediate value of the study's metric, and
+  one attribute holding all metrics of the step);
+- hpo, SQLite: the same path with a ``sqlite:///`` URL;
+- Optuna, journal file: ``study.ask()`` in each process, then
+  ``trial.report(value, step)``, one write per report: what a user would
+  otherwise write;
+- Optuna, SQLite: the same with ``storage="sqlite:///..."`` (Optuna's defaults).
+
+After each run the store is read back and every report counted; a run that
+lost one stops the benchmark; a run where a writer got an error (SQLite:
+"database is locked") is counted as failed, with the reason, and left out of
+the median.
+
+Run: ``python bench/store_ingest.py [--procs 8] [--reports 2000] [--repeats R]
+[--contenders hpo,optuna] [--dir DIR]``. ``--dir`` puts the stores on that
+file system (default: the system temp dir); use it to measure a shared one
+(NFS, GPFS, Lustre). Figures are medians over R rounds; contenders are chosen
+by name prefix. The last line is ``reports_per_s=<hpo, journal file>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import optuna  # noqa: E402
+
+from hpo.store import open_storage  # noqa: E402
+from hpo.trial import Trial  # noqa: E402
+from hpo.trial._handle import _StoreLink  # noqa: E402
+from hpo.trial._state import REPORT_ATTR  # noqa: E402
+
+STUDY = "ingest"
+_TICK = 50  # reports between progress-counter updates
+_START_TIMEOUT_S = 300
+
+
+def metrics_of(number: int, step: int) -> dict[str, float]:
+    return {"value": number + step / 4096, "loss": 1.0 / (step + 1)}
+
+
+# ------------------------------------------------------------ writers (child processes)
+
+
+def _hpo_writer(url: str, number: int, trial_id: int, study_id: int) -> Callable[[int], None]:
+    link = _StoreLink(storage=open_storage(url), study_name=STUDY, study_id=study_id,
+                      trial_id=trial_id, metric="value")
+    trial = Trial(number, {}, _link=link)
+    return lambda step: trial.report(step, **metrics_of(number, step))
+
+
+def _optuna_storage(url: str):
+    if "://" in url:
+        return url  # what a user passes: Optuna builds RDBStorage(url) with its defaults
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+
+
+def _optuna_writer(url: str, number: int, trial_id: int, study_id: int) -> Callable[[int], None]:
+    trial = optuna.load_study(study_name=STUDY, storage=_optuna_storage(url)).ask()
+    return lambda step: trial.report(metrics_of(number, step)["value"], step)
+
+
+_WRITERS = {"hpo": _hpo_writer, "optuna": _optuna_writer}
+
+
+def _writer(kind: str, url: str, number: int, trial_id: int, study_id: int, reports: int,
+            ready, go, counter, error_file: str) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    report = _WRITERS[kind](url, number, trial_id, study_id)
+    ready.release()
+    if not go.wait(_START_TIMEOUT_S):
+        raise SystemExit("never told to start")
+    step = 0
+    try:
+        for step in range(reports):
+            report(step)
+            if step % _TICK == _TICK - 1:
+                with counter.get_lock():
+                    counter.value += _TICK
+    except Exception as exc:  # e.g. "database is locked": a result of the benchmark
+        Path(error_file).write_text(f"{_root_cause(exc)} (at step {step})")
+        raise SystemExit(1) from None
+    with counter.get_lock():
+        counter.value += reports % _TICK
+
+
+def _root_cause(exc: BaseException) -> str:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+# ------------------------------------------------------------ one timed run
+
+
+class RunFailed(Exception):
+    """A writer could not write: the store refused (a finding, not a crash)."""
+
+
+def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Path) -> float:
+    """Time one run; return reports per second over all processes.
+
+    Raises RunFailed when a writer failed, with the first reason."""
+    storage = open_storage(url) if kind == "hpo" else _optuna_storage(url)
+    study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
+    # hpo: the master creates the trials; optuna: each process asks for its own.
+    trial_ids = [study.ask()._trial_id if kind == "hpo" else -1 for _ in range(procs)]
+    ctx = mp.get_context("spawn")
+    ready, go, counter = ctx.Semaphore(0), ctx.Event(), ctx.Value("q", 0)
+    errors = [work / f"writer-{n}.error" for n in range(procs)]
+    writers = [ctx.Process(target=_writer, args=(kind, url, n, trial_ids[n], study._study_id,
+                                                 reports, ready, go, counter, str(errors[n])))
+               for n in range(procs)]
+    for writer in writers:
+        writer.start()
+    total = procs * reports
+    try:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        for _ in writers:
+            while not ready.acquire(timeout=0.5):
+                if time.monotonic() > deadline or not all(w.is_alive() for w in writers):
+                    raise RuntimeError(f"{label}: a writer did not start (exit codes "
+                                       f"{[w.exitcode for w in writers]})")
+        begin = time.perf_counter()
+        go.set()
+        while any(w.is_alive() for w in writers):
+            _status(f"{label}: {counter.value:,}/{total:,} reports, "
+                    f"{time.perf_counter() - begin:.0f} s")
+            for writer in writers:
+                writer.join(timeout=0.5)
+                if writer.is_alive():
+                    break
+        elapsed = time.perf_counter() - begin
+    finally:
+        go.set()
+        for writer in writers:
+            if writer.is_alive():
+                writer.kill()
+                writer.join()
+    failed = [(w, e) for w, e in zip(writers, errors) if w.exitcode != 0]
+    if failed:
+        writer, error = failed[0]
+        reason = error.read_text() if error.exists() else f"exit code {writer.exitcode}"
+        raise RunFailed(f"{len(failed)} of {procs} writers failed; first: {reason}")
+    _check_complete(label, kind, url, procs, reports)
+    return total / elapsed
+
+
+def _check_complete(label: str, kind: str, url: str, procs: int, reports: int) -> None:
+    """Read the store back through a new storage object and count every report."""
+    fresh = (optuna.storages.RDBStorage(url) if "://" in url else
+             optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url)))
+    trials = optuna.load_study(study_name=STUDY, storage=fresh).get_trials(deepcopy=False)
+    values = sum(len(t.intermediate_values) for t in trials)
+    attrs = sum(k.startswith(REPORT_ATTR) for t in trials for k in t.user_attrs)
+    want_attrs = procs * reports if kind == "hpo" else 0
+    if len(trials) != procs or values != procs * reports or attrs != want_attrs:
+        raise RuntimeError(f"{label}: stored {len(trials)} trials, {values} values, {attrs} "
+                           f"report attributes; wrote {procs} x {reports}")
+    if isinstance(fresh, optuna.storages.RDBStorage):
+        fresh.engine.dispose()
+
+
+_last_status = 0
+
+
+def _status(line: str) -> None:
+    """Rewrite the status line on a terminal; elsewhere (a log file) stay quiet."""
+    global _last_status
+    if sys.stderr.isatty():
+        sys.stderr.write("\r" + line.ljust(_last_status) + "\r")
+        sys.stderr.flush()
+        _last_status = len(line)
+
+
+# ------------------------------------------------------------ main
+
+
+CONTENDERS = [  # name, kind, store, writes per report
+    ("hpo Trial.report", "hpo", "journal", 2),
+    ("hpo Trial.report", "hpo", "sqlite", 2),
+    ("optuna trial.report", "optuna", "journal", 1),
+    ("optuna trial.report", "optuna", "sqlite", 1),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--procs", type=int, default=8, help="writer processes (default 8)")
+    parser.add_argument("--reports", type=int, default=2000,
+                        help="reports per process (default 2000)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
+    parser.add_argument("--dir", help="directory for the stores (default: the system temp dir)")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    contenders = CONTENDERS
+    if args.contenders:
+        contenders = [c for c in CONTENDERS if c[0].startswith(tuple(args.contenders.split(",")))]
+
+    print(f"{args.procs} processes x {args.reports:,} reports each, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, Optuna {optuna.__version__}", flush=True)
+    rates: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
+    failures: dict[tuple[str, str], list[str]] = {(c[0], c[2]): [] for c in contenders}
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="store-ingest-") as tmp_name:
+        print(f"stores in {tmp_name}", flush=True)
+        for repeat in range(args.repeats):
+            for name, kind, store, _ in contenders:  # interleaved
+                work = Path(tmp_name) / f"{kind}-{store}-{repeat}"
+                work.mkdir()
+                url = f"sqlite:///{work}/study.db" if store == "sqlite" else f"{work}/journal.log"
+                label = f"[{repeat + 1}/{args.repeats}] {name}, {store}"
+                try:
+                    rate = run_once(label, kind, url, args.procs, args.reports, work)
+                except RunFailed as exc:
+                    failures[(name, store)].append(str(exc))
+                    outcome = f"FAILED: {exc}"
+                else:
+                    rates[(name, store)].append(rate)
+                    outcome = f"{rate:,.0f} reports/s"
+                _status("")
+                print(f"  {label}: {outcome}", file=sys.stderr, flush=True)
+
+    print(f"\nreports per second, all {args.procs} processes together "
+          f"(median of the runs that finished, of {args.repeats}):")
+    print(f"  {'contender':22s} {'store':8s} {'writes/report':>13s} {'reports/s':>10s} "
+          f"{'ms/report':>10s} {'vs optuna':>10s} {'failed runs':>11s}")
+    medians = {key: statistics.median(values) for key, values in rates.items() if values}
+    for name, kind, store, writes in contenders:
+        failed = f"{len(failures[(name, store)])}/{args.repeats}"
+        rate = medians.get((name, store))
+        if rate is None:
+            print(f"  {name:22s} {store:8s} {writes:13d} {'-':>10s} {'-':>10s} {'':10s} {failed:>11s}")
+            continue
+        # What one process waits per report: P processes share the rate.
+        latency_ms = 1000 * args.procs / rate
+        plain = medians.get(("optuna trial.report", store))
+        ratio = f"{rate / plain:9.2f}x" if plain and kind == "hpo" else ""
+        print(f"  {name:22s} {store:8s} {writes:13d} {rate:10,.0f} {latency_ms:10.2f} "
+              f"{ratio:>10s} {failed:>11s}")
+    for (name, store), reasons in failures.items():
+        for reason in reasons:
+            print(f"  {name}, {store}: {reason}")
+    if ("hpo Trial.report", "journal") in medians:
+        print(f"reports_per_s={medians[('hpo Trial.report', 'journal')]:.0f}")
+
+
+if __name__ == "__main__":
+    main()
