@@ -167,7 +167,7 @@ def test_dask_script_cpu_defaults(hpo, space, tmp_path):
     assert f"python={sys.executable}" in script
     assert "--port 0 --dashboard-address :0" in script
     assert f"-m hpo run {space.resolve()} --runs-dir {tmp_path / 'runs'} --engine dask" in script
-    assert "trap stop_cluster EXIT" in script and "kill -USR1 \"$study\"" in script
+    assert "trap stop_cluster EXIT" in script and "on_signal USR1" in script and "kill -\"$1\" \"$study\"" in script
     check_shell(script, tmp_path)
 
 

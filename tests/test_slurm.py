@@ -1,0 +1,158 @@
+"""hpo submit against a real SLURM controller on this machine.
+
+A single-node cluster (munged, slurmctld, slurmd, two fake GPUs) is started
+for this module in a temp dir and stopped after (tests/slurm_cluster.py).
+Studies are submitted as a user would, with ``hpo submit`` in a subprocess,
+and run as real batch jobs: a Dask scheduler, workers started by srun, the
+study against them. One study hits its walltime: SLURM's USR1 stops it
+cleanly and a resubmission finishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import toy_space
+from hpo.store import RunDir
+from slurm_cluster import SlurmCluster, unavailable_reason
+
+_WHY = unavailable_reason()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"cannot run SLURM here: {_WHY}")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Under /tmp itself: munged (user munge) must reach its socket directory.
+    root = Path(tempfile.mkdtemp(prefix="hpo-slurm-"))
+    slurm = SlurmCluster(root, gpus=2)
+    try:
+        slurm.start()
+        yield slurm
+    finally:
+        slurm.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def hpo(cluster, cwd: Path, *args) -> subprocess.CompletedProcess:
+    # The job inherits this environment (sbatch --export=ALL): SLURM_CONF
+    # reaches srun inside it; --interface lo keeps Dask on 127.0.0.1.
+    return subprocess.run([sys.executable, "-m", "hpo", *map(str, args)], cwd=cwd, env=cluster.env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def submit(cluster, tmp_path: Path, space: dict, *options) -> tuple[str, Path]:
+    path = tmp_path / f"{space['name']}.json"
+    path.write_text(json.dumps(space))
+    proc = hpo(cluster, tmp_path, "submit", path, "--interface", "lo", *options)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "runs" / space["name"]
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    assert f"submitted SLURM job {job_id}" in proc.stdout
+    return job_id, run_dir
+
+
+def wait_gone(cluster, job_id: str, timeout: float) -> float:
+    """Wait until the job left the queue; returns the seconds waited."""
+    start = time.monotonic()
+    while job_id in cluster.jobs():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"job {job_id} still queued after {timeout} s\n{cluster.logs()}")
+        time.sleep(1)
+    return time.monotonic() - start
+
+
+def job_info(cluster, run_dir: Path) -> list[dict]:
+    proc = hpo(cluster, run_dir, "jobs", run_dir, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["jobs"]
+
+
+def trials(run_dir: Path) -> list:
+    return RunDir(run_dir).load_study().trials
+
+
+def output(job: dict) -> str:
+    return Path(job["stdout"]).read_text()
+
+
+def test_dask_study_runs_to_completion(cluster, tmp_path):
+    job_id, run_dir = submit(cluster, tmp_path, toy_space("toy-slurm"), "--time", "5")
+    waited = wait_gone(cluster, job_id, timeout=180)
+    [job] = job_info(cluster, run_dir)
+    assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0", output(job)
+    assert "hpo: study ended (exit 0)" in output(job)
+    done = trials(run_dir)
+    assert len(done) == 8 and all(t.state.name == "COMPLETE" for t in done)
+    assert {(t.params["x"], t.params["y"]) for t in done} == {(x, y) for x in range(4) for y in (-1, 0)}
+    # hpo status shows the SLURM job beside the study's progress.
+    status = hpo(cluster, tmp_path, "status", run_dir)
+    assert status.returncode == 0 and "SLURM jobs:" in status.stdout
+    assert f"{job_id}" in status.stdout and "COMPLETED" in status.stdout
+    assert_nothing_left(run_dir)
+    print(f"job {job_id}: 8/8 trials complete, {waited:.0f} s from submission to the end")
+
+
+def test_one_worker_per_gpu(cluster, tmp_path):
+    space = toy_space("gpu-slurm", "hpo.examples.toy:sleep", resources={"gpus": 1},
+                      space={"x": [0, 1, 2, 3], "sleep_s": [1.0]})
+    job_id, run_dir = submit(cluster, tmp_path, space, "--time", "5", "--gpus-per-node", "2")
+    wait_gone(cluster, job_id, timeout=180)
+    [job] = job_info(cluster, run_dir)
+    assert job["state"] == "COMPLETED", output(job)
+    assert "2 worker(s)" in output(job)
+    assigned = [tuple(t.user_attrs["hpo:run"]["gpus"]) for t in trials(run_dir)]
+    # Each worker sees one of the node's two GPUs; trials ran on both.
+    assert len(assigned) == 4 and set(assigned) == {("0",), ("1",)}, assigned
+    assert_nothing_left(run_dir)
+
+
+def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
+    """--time 1: SLURM sends USR1 30 s before the limit; the study stops cleanly
+    (exit 138). The resubmission, queued behind it with --after, finishes it."""
+    space = toy_space("slow-slurm", "hpo.examples.toy:slow",
+                      space={"x": [0, 1, 2, 3, 4, 5], "sleep_s": [15.0]})
+    first, run_dir = submit(cluster, tmp_path, space, "--time", "1", "--stop-before", "15")
+    second, _ = submit(cluster, tmp_path, space, "--time", "3", "--after", first)
+    wait_gone(cluster, first, timeout=150)
+    jobs = job_info(cluster, run_dir)
+    cut = jobs[0]
+    assert cut["exit_code"] == "138:0", output(cut)  # 128 + SIGUSR1: stopped by the warning signal
+    assert "hpo: SIGUSR1 received, stopping the study" in output(cut)
+    assert "resume it with: hpo submit" in output(cut)
+    complete = [t for t in trials(run_dir) if t.state.name == "COMPLETE"]
+    assert len(complete) < 6, "the first job was meant to be cut short by its walltime"
+    wait_gone(cluster, second, timeout=180)
+    resumed = job_info(cluster, run_dir)[1]
+    assert resumed["state"] == "COMPLETED" and resumed["exit_code"] == "0:0", output(resumed)
+    complete = [t for t in trials(run_dir) if t.state.name == "COMPLETE"]
+    assert sorted(t.params["x"] for t in complete) == [0, 1, 2, 3, 4, 5]
+    assert_nothing_left(run_dir)
+
+
+def assert_nothing_left(run_dir: Path) -> None:
+    """Every process a job started (scheduler, workers, study) ended with it."""
+    deadline = time.monotonic() + 10
+    while (left := _processes_mentioning(str(run_dir))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if proc.name.isdigit() and text in cmdline and int(proc.name) != os.getpid():
+            found.append(cmdline)
+    return found
