@@ -28,18 +28,20 @@ from test_e2e import stored_trials
 RESOURCES = Path(__file__).resolve().parent / "bad_spaces" / "resources"
 NO_GPUS = {"CUDA_VISIBLE_DEVICES": ""}  # a machine without GPUs, whatever runs the tests
 
-# (file, JSON path, a word of the fix line, other required text) for the embedded
-# Dask cluster on this machine, and what an existing scheduler's workers (CPU=1,
-# no GPU) answer instead.
+# (file, JSON path, a word of the fix line, other required text): the embedded
+# Dask cluster on this machine.
 RESOURCE_CORPUS = [
-    ("gpus_unavailable.json", "$.resources.gpus", '"gpus"', ["4 GPU(s)", "shows 0"], "GPU=4"),
-    ("cpus_unavailable.json", "$.resources.cpus", '"cpus"', ["4096 CPUs"], "CPU=4096"),
+    ("gpus_unavailable.json", "$.resources.gpus", '"gpus"', ["4 GPU(s)", "shows 0"]),
+    ("cpus_unavailable.json", "$.resources.cpus", '"cpus"', ["4096 CPUs"]),
 ]
+# (file, the request): what the running workers of an existing scheduler (CPU=1, no GPU) refuse.
+WORKER_REFUSALS = [("gpus_unavailable.json", "GPU=4"), ("cpus_unavailable.json", "CPU=4096")]
 _IDS = [row[0] for row in RESOURCE_CORPUS]
 
 
-def test_resource_corpus_matches_the_table():
-    assert sorted(p.name for p in RESOURCES.glob("*.json")) == sorted(_IDS)
+def test_resource_corpus_matches_the_tables():
+    files = sorted(p.name for p in RESOURCES.glob("*.json"))
+    assert files == sorted(_IDS) == sorted(row[0] for row in WORKER_REFUSALS)
 
 
 def _refused(proc, path: str, fix: str, also: list[str]) -> str:
@@ -55,28 +57,24 @@ def _refused(proc, path: str, fix: str, also: list[str]) -> str:
     return message
 
 
-@pytest.mark.parametrize(("file", "path", "fix", "also", "_"), RESOURCE_CORPUS, ids=_IDS)
-def test_embedded_cluster_refuses_what_this_machine_lacks(tmp_path, file, path, fix, also, _):
+@pytest.mark.parametrize(("file", "path", "fix", "also"), RESOURCE_CORPUS, ids=_IDS)
+def test_embedded_cluster_refuses_what_this_machine_lacks(tmp_path, file, path, fix, also):
     rel = f"tests/bad_spaces/resources/{file}"
     ok(run("validate", rel, env_extra=NO_GPUS))  # a valid file: only the run meets the machine
 
     runs = tmp_path / "runs"
-    began = time.monotonic()
     proc = run("run", rel, "--runs-dir", runs, env_extra=NO_GPUS)  # the default engine: dask here
     _refused(proc, path, fix, also)
     assert "engine dask" in proc.stderr
     assert not runs.exists() or not any(runs.iterdir()), "refused before anything was created"
-    # Refused up front, not after a cluster start or a wait for workers.
-    assert time.monotonic() - began < 60
 
     debug = run("run", rel, "--runs-dir", runs, "--debug", env_extra=NO_GPUS)
     assert debug.returncode == 2 and "EngineError" in debug.stderr
     assert "Traceback (most recent call last)" in debug.stderr
 
 
-@pytest.mark.parametrize(("file", "_p", "_f", "_a", "need"), RESOURCE_CORPUS, ids=_IDS)
-def test_running_workers_refuse_what_none_of_them_has(dask_address, tmp_path, file, _p, _f, _a,
-                                                      need):
+@pytest.mark.parametrize(("file", "need"), WORKER_REFUSALS, ids=_IDS)
+def test_running_workers_refuse_what_none_of_them_has(dask_address, tmp_path, file, need):
     runs = tmp_path / "runs"
     proc = run("run", f"tests/bad_spaces/resources/{file}", "--engine", "dask",
                "--scheduler", dask_address, "--runs-dir", runs)
