@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpo.errors import HpoError, UsageError
+from hpo.errors import UsageError
 from hpo.launchers.states import JobState, from_slurm
 
 __all__ = ["SlurmProvider", "JobStatus", "SubmitError", "directives", "parse_job_id",
@@ -31,13 +31,21 @@ _JOB_ID = re.compile(r"(?:^|Submitted batch job )(\d+)(?:;\S+)?\s*$", re.MULTILI
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s+[A-Za-z][\w/:]*=|\s*$)")
 
 
-class SubmitError(HpoError):
-    """sbatch (or enqueue_compss) refused the job; keeps what it said."""
+class SubmitError(UsageError):
+    """sbatch (or enqueue_compss) refused the job; keeps what it said.
+
+    Almost always the request: a partition, QOS, account or size the site
+    does not accept, so it is reported like other bad input (exit status 2).
+    """
 
     def __init__(self, command: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
         self.command, self.returncode, self.stdout, self.stderr = list(command), returncode, stdout, stderr
         said = (stderr.strip() or stdout.strip() or "no output")
-        super().__init__(f"{command[0]} failed (exit {returncode}): {said}")
+        what = "printed no job id" if returncode == 0 else f"failed (exit {returncode})"
+        super().__init__(
+            f"{command[0]} {what}: {said}\n  fix: check --partition, --qos, --account, --nodes "
+            "and --time against the site's limits (sinfo, scontrol show partition); "
+            "--dry-run shows what was sent")
 
 
 @dataclass(frozen=True)

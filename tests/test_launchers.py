@@ -238,6 +238,36 @@ def test_submit_records_the_job(hpo, space, monkeypatch, tmp_path):
     assert "submitted SLURM job 4242" in out and str(run_dir) in out
 
 
+def test_compss_submit_records_the_job(hpo, space, monkeypatch, tmp_path):
+    """With a stand-in enqueue_compss: the id is read from sbatch's line and recorded."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "enqueue_compss").write_text(
+        f"#!/bin/sh\necho \"$@\" > {tmp_path}/argv\necho 'SC Configuration: x.cfg'\n"
+        "echo 'Submitted batch job 515'\n")
+    (fake / "enqueue_compss").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    status, out, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "30")
+    assert status == 0, err
+    run_dir = tmp_path / "runs" / "toy"
+    [job] = read_jobs(run_dir)
+    assert job["job_id"] == "515" and job["engine"] == "compss"
+    assert job["command"][0] == "enqueue_compss" and (run_dir / "jobs" / "compss-logs").is_dir()
+    assert (tmp_path / "argv").read_text().split() == job["command"][1:]
+    assert "submitted SLURM job 515" in out
+
+
+def test_refused_submission_exits_2_with_what_sbatch_said(hpo, space, monkeypatch, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Invalid qos specification' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    status, _, err = hpo("submit", space, "--time", "5", "--qos", "nope")
+    assert status == 2 and "Invalid qos specification" in err and "fix:" in err
+    assert read_jobs(tmp_path / "runs" / "toy") == []
+
+
 # ------------------------------------------------------------------ bad input
 
 

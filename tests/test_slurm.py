@@ -99,6 +99,11 @@ def test_dask_study_runs_to_completion(cluster, tmp_path):
     assert f"{job_id}" in status.stdout and "COMPLETED" in status.stdout
     assert_nothing_left(run_dir)
     print(f"job {job_id}: 8/8 trials complete, {waited:.0f} s from submission to the end")
+    # Submitting a finished study again finds it done: no trial runs twice.
+    again, _ = submit(cluster, tmp_path, toy_space("toy-slurm"), "--time", "5")
+    wait_gone(cluster, again, timeout=180)
+    assert job_info(cluster, run_dir)[1]["exit_code"] == "0:0"
+    assert len(trials(run_dir)) == 8
 
 
 def test_one_worker_per_gpu(cluster, tmp_path):
@@ -128,6 +133,8 @@ def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
     assert cut["exit_code"] == "138:0", output(cut)  # 128 + SIGUSR1: stopped by the warning signal
     assert "hpo: SIGUSR1 received, stopping the study" in output(cut)
     assert "resume it with: hpo submit" in output(cut)
+    shown = hpo(cluster, tmp_path, "jobs", run_dir).stdout
+    assert "stopped cleanly on SIGUSR1 before the walltime" in shown, shown
     complete = [t for t in trials(run_dir) if t.state.name == "COMPLETE"]
     assert len(complete) < 6, "the first job was meant to be cut short by its walltime"
     wait_gone(cluster, second, timeout=180)
