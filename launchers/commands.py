@@ -220,7 +220,8 @@ def _jobs(args: argparse.Namespace) -> int:
     states = SlurmProvider().status([r["job_id"] for r in records])
     progress = _progress(run_dir)
     if args.json:
-        jobs = [{**r, **states[r["job_id"]].to_dict()} for r in records]
+        jobs = [{**r, **{k: v for k, v in states[r["job_id"]].to_dict().items() if v is not None}}
+                for r in records]
         print(json.dumps({"jobs": jobs, "study": progress}, indent=2))
         return 0
     for line in _job_lines(records, states):
