@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.errors import UsageError
+from hpo.errors import StopRequested, UsageError
 from hpo.trial import TrialState
 
 __all__ = ["main"]
@@ -34,22 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"hpo: error: {exc}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Terminated) as exc:
+    except (KeyboardInterrupt, StopRequested) as exc:
         # The engine was shut down on the way out; the store has every result.
         print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
-        return 128 + exc.signum if isinstance(exc, _Terminated) else 130
-
-
-class _Terminated(Exception):
-    """SIGTERM or SIGUSR1 (SLURM before the walltime): leave as cleanly as on Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        return 128 + exc.signum if isinstance(exc, StopRequested) else 130
 
 
 def _terminate(signum, frame) -> None:
-    raise _Terminated(signum)
+    raise StopRequested(signum)
 
 
 def _parser() -> argparse.ArgumentParser:

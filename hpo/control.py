@@ -14,6 +14,9 @@ tasks not yet started are cancelled, and running trials see
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from functools import cached_property, partial
@@ -22,6 +25,7 @@ from typing import Any
 import optuna
 
 from hpo.engines import Engine
+from hpo.errors import StopRequested
 from hpo.progress import ProgressLine
 from hpo.results import StudyResult, _attrs_under
 from hpo.scheduling import Policy, RoundRobin, Waiting, convergence, make_policy, segment_steps
@@ -31,7 +35,8 @@ from hpo.store import RunDir, open_storage
 from hpo.trial import TrialState, TrialTask
 from hpo.trial._objective import Objective
 from hpo.trial._handle import record_event
-from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
+from hpo.trial._state import ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
+from hpo.trial._task import heartbeat_s
 
 __all__ = ["Controller"]
 
@@ -72,6 +77,7 @@ class Controller:
 
     def run(self) -> StudyResult:
         storage = open_storage(self.storage_url)
+        _await_live_trials(storage, self.spec.name, self.progress)
         _cancel_leftovers(storage, self.spec.name)
         searcher = open_search(self.spec, storage)
         study = searcher.study
@@ -79,8 +85,38 @@ class Controller:
             return StudyResult.from_study(study, self.spec.metric.name)  # already done
         study.set_user_attr(STOP_ATTR, None)
         with self.engine:
-            self._loop(searcher, study)
+            try:
+                self._loop(searcher, study)
+            except (KeyboardInterrupt, StopRequested) as exc:
+                self._suspend_running(study, "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc))
+                raise
         return StudyResult.from_study(study, self.spec.metric.name)
+
+    def _suspend_running(self, study: optuna.Study, signal_name: str) -> None:
+        """A clean stop: running trials checkpoint and suspend at their next
+        check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them."""
+        storage = study._storage
+        study.set_user_attr(STOP_ATTR, {"reason": signal_name, "resume": True})
+        grace = float(os.environ.get("HPO_STOP_GRACE_S", "30"))
+        for number, flight in list(self._in_flight.items()):
+            if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
+                self.engine.cancel(flight.handle)
+                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({signal_name})")
+                del self._in_flight[number]
+        if self._in_flight:
+            print(f"\nhpo: {signal_name}: letting {len(self._in_flight)} running trials checkpoint "
+                  f"(up to {grace:g} s)", file=sys.stderr)
+        deadline = time.monotonic() + grace
+        while self._in_flight and time.monotonic() < deadline:
+            for number, flight in list(self._in_flight.items()):
+                trial = storage.get_trial(flight.trial_id)
+                if TrialState.of(trial).is_finished or flight.is_done(trial):
+                    del self._in_flight[number]
+            time.sleep(0.2)
+        for flight in self._in_flight.values():
+            # Still running when the engine goes: lost with it, to be resumed
+            # from its checkpoint at once by the next run (no heartbeat to wait out).
+            storage.set_trial_user_attr(flight.trial_id, HEARTBEAT_ATTR, 0.0)
 
     def _loop(self, searcher: Searcher, study: optuna.Study) -> None:
         parallel = self.spec.search.parallel or self.engine.slots
@@ -90,12 +126,16 @@ class Controller:
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(study)
-        waiting = {w.number: w for w in map(partial(self._waiting, study), _suspended(study))}
+        # Trials an earlier run left suspended or lost go on first, from their checkpoints.
+        leftovers = {w.number: w for w in map(partial(self._waiting, study), _unfinished(study))}
+        waiting: dict[int, Waiting] = {}
         progress.update(*tally.line(0))
         while True:
             while not stopping and len(self._in_flight) < window:
-                opened = tally.counted + len(self._in_flight) + len(waiting)
-                if not exhausted and opened < self.spec.max_trials:
+                opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers)
+                if leftovers:
+                    self._resume(study, leftovers, "left unfinished by an earlier run")
+                elif not exhausted and opened < self.spec.max_trials:
                     exhausted = not self._start_new(study, searcher)
                 elif waiting:
                     self._resume(study, waiting)
@@ -116,7 +156,8 @@ class Controller:
                 stopping = self._stop(study, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
         if stopping:
-            _stop_suspended(study, list(waiting.values()), study.user_attrs.get(STOP_ATTR) or {})
+            _stop_suspended(study, [*waiting.values(), *leftovers.values()],
+                            study.user_attrs.get(STOP_ATTR) or {})
         progress.close()
 
     def _start_new(self, study: optuna.Study, searcher: Searcher) -> bool:
@@ -129,12 +170,12 @@ class Controller:
         self._submit(proposal.number, proposal.trial_id, task)
         return True
 
-    def _resume(self, study: optuna.Study, waiting: dict[int, Waiting]) -> None:
+    def _resume(self, study: optuna.Study, waiting: dict[int, Waiting], why: str | None = None) -> None:
         """Run the next segment of the suspended trial the policy picks."""
         policy = self._policy or RoundRobin()  # suspended by an earlier run, now FIFO
         chosen = policy.pick(list(waiting.values()))
         record_event(study._storage, chosen.trial_id, "resumed", None,
-                     policy.why(chosen, list(waiting.values())))
+                     why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         params = study._storage.get_trial(chosen.trial_id).params
         segment = chosen.segment_steps if self._policy else None
@@ -149,6 +190,9 @@ class Controller:
         self._in_flight[number] = _InFlight(trial_id, handle, segment_before)
 
     def _waiting(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Waiting:
+        if TrialState.of(trial) is TrialState.RUNNING:  # lost: goes first
+            return Waiting(trial.number, trial._trial_id, since=0.0, convergence=math.inf,
+                           segment_steps=self.spec.scheduling.segment_steps)
         """A suspended trial as the policies see it, from its record in the store."""
         maximize = self.spec.metric.direction == "maximize"
         losses = _segment_losses(trial, maximize)
@@ -188,7 +232,7 @@ class Controller:
             checkpoint_dir=str(self.run_dir.checkpoint_dir(number)),
             cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
             early_stopping=asdict(spec.early_stopping), direction=spec.metric.direction,
-            segment_steps=segment,
+            segment_steps=segment, retries=spec.retries,
             isolate=resources.time_limit_s is not None or resources.gpus > 0,
         )
 
@@ -270,21 +314,54 @@ class _Tally:
 
 
 def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> None:
-    """Trials left unfinished by a master that died are ended, to be run again.
-    Suspended trials are not: they wait, checkpointed, for their next segment."""
+    """Trials an earlier master created but no worker started are ended; their
+    configurations are proposed again. Started ones are resumed instead."""
     try:
         study_id = storage.get_study_id_from_name(study_name)
     except KeyError:
         return  # a new study
     for trial in storage.get_all_trials(study_id, deepcopy=False,
                                         states=(optuna.trial.TrialState.RUNNING,)):
-        if TrialState.of(trial) is not TrialState.SUSPENDED:
-            _end_trial(storage, trial._trial_id, "interrupted", "left unfinished by an earlier run")
+        if TrialState.of(trial) is TrialState.PENDING:
+            _end_trial(storage, trial._trial_id, "interrupted", "never started by an earlier run")
 
 
-def _suspended(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+def _unfinished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials started by an earlier run and not finished: suspended, or lost."""
     return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if TrialState.of(t) is TrialState.SUSPENDED]
+            if TrialState.of(t) in (TrialState.SUSPENDED, TrialState.RUNNING)]
+
+
+def _last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
+    run = trial.user_attrs.get(RUN_ATTR) or {}
+    beat = trial.user_attrs.get(HEARTBEAT_ATTR)
+    if beat == 0.0:
+        return 0.0  # its master gave it up when it stopped
+    return max(beat or 0.0, run.get("segment_started_at") or run.get("started_at") or 0.0)
+
+
+def _await_live_trials(storage: optuna.storages.BaseStorage, study_name: str, progress: bool) -> None:
+    """Trials an earlier master left running may still run somewhere (a Dask
+    worker outlives its client): wait until they finish or their heartbeat
+    goes stale, so that no trial ever runs twice at once."""
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return  # a new study
+    stale_after = 3 * heartbeat_s()
+    told = False
+    while True:
+        running = [t for t in storage.get_all_trials(study_id, deepcopy=False,
+                                                     states=(optuna.trial.TrialState.RUNNING,))
+                   if TrialState.of(t) is TrialState.RUNNING
+                   and time.time() - _last_sign_of_life(t) < stale_after]
+        if not running:
+            return
+        if progress and not told:
+            print(f"hpo: {len(running)} trials of an earlier run are still running (heartbeat); "
+                  f"waiting until they finish or fall silent for {stale_after:g} s", file=sys.stderr)
+            told = True
+        time.sleep(min(1.0, stale_after / 10))
 
 
 def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[list[float]]:

@@ -45,6 +45,18 @@ class SpaceError(UsageError):
         super().__init__(message)
 
 
+class StopRequested(HpoError):
+    """A signal asked the master to stop (SIGTERM; SIGUSR1, which SLURM sends
+    before the walltime). Raised from the signal handler; the controller then
+    lets running trials checkpoint and suspend, and the same command resumes."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 class EngineError(UsageError):
     """The engine cannot run the study as asked (e.g. no worker has a GPU)."""
 

@@ -14,6 +14,9 @@ pruners and schedulers have something to work with.
   ``val_loss`` (log loss) and ``val_accuracy``; returns the epoch with the
   lowest ``val_loss``.
 
+Both take ``reports_per_epoch`` (1): report after each part of an epoch, as
+training loops that log every N mini-batches do.
+
 Both checkpoint the model and their random state after every epoch into
 ``trial.checkpoint_dir`` and resume from it: a trial suspended at the end of a
 segment (round-robin or convergence-aware scheduling) or retried after its
@@ -75,39 +78,43 @@ def train_mlp(config: dict[str, Any], trial: Any) -> Metrics:
 
 def fit_in_epochs(fresh_model: Callable[[], Any], score: Callable[..., Metrics],
                   config: dict[str, Any], trial: Any, best: Callable[[Metrics], float]) -> Metrics:
-    """Train with ``partial_fit`` one epoch at a time, reporting and checkpointing
-    each; resume from the trial's checkpoint when there is one."""
+    """Train with ``partial_fit``, reporting and checkpointing after every
+    1/``reports_per_epoch`` of an epoch (default 1: once per epoch); resume
+    from the trial's checkpoint when there is one. Step s trains on chunk
+    ``s % reports_per_epoch`` of epoch ``s // reports_per_epoch``."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.preprocessing import StandardScaler
 
-    max_epochs = int(config.get("max_epochs", 20))
-    if max_epochs < 1:
-        raise ValueError(f"max_epochs must be at least 1, got {max_epochs}")
+    max_epochs, per_epoch = int(config.get("max_epochs", 20)), int(config.get("reports_per_epoch", 1))
+    if max_epochs < 1 or per_epoch < 1:
+        raise ValueError(f"max_epochs and reports_per_epoch must be at least 1, got {max_epochs}, {per_epoch}")
     (x_train, y_train), (x_val, y_val) = load_digits_split()
     scaler = StandardScaler().fit(x_train)
     x_train, x_val = scaler.transform(x_train), scaler.transform(x_val)
     state = _load(trial) or {
-        "model": fresh_model(), "epoch": 0, "best": None,
+        "model": fresh_model(), "step": 0, "best": None, "order": None,
         "rng": np.random.default_rng(int(config.get("seed", 0))).bit_generator.state,
     }
     rng = np.random.default_rng()
     rng.bit_generator.state = state["rng"]
-    model, classes = state["model"], np.unique(y_train)
-    for epoch in range(state["epoch"], max_epochs):
-        order = rng.permutation(len(x_train))
+    model, classes, steps = state["model"], np.unique(y_train), max_epochs * per_epoch
+    for step in range(state["step"], steps):
+        if step % per_epoch == 0:
+            state["order"] = rng.permutation(len(x_train))  # a new epoch
+        chunk = np.array_split(state["order"], per_epoch)[step % per_epoch]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            model.partial_fit(x_train[order], y_train[order], classes=classes)
+            model.partial_fit(x_train[chunk], y_train[chunk], classes=classes)
         metrics = score(model, x_val, y_val)
-        trial.report(epoch, **metrics)
+        trial.report(step, **metrics)
         if state["best"] is None or best(metrics) > best(state["best"]):
             state["best"] = metrics
-        state.update(model=model, epoch=epoch + 1, rng=rng.bit_generator.state)
+        state.update(model=model, step=step + 1, rng=rng.bit_generator.state)
         _save(trial, state)
-        if epoch + 1 < max_epochs and trial.should_stop():  # the last epoch ends it anyway
+        if step + 1 < steps and trial.should_stop():  # the last step ends it anyway
             break
     if state["best"] is None:
-        raise RuntimeError(f"no epoch to train: the checkpoint is at epoch {state['epoch']}")
+        raise RuntimeError(f"no step to train: the checkpoint is at step {state['step']}")
     return dict(state["best"])
 
 

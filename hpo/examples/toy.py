@@ -13,7 +13,7 @@ import math
 import time
 from typing import Any
 
-__all__ = ["sleep", "quadratic", "curve", "fail", "nan", "slow"]
+__all__ = ["sleep", "quadratic", "curve", "flaky", "fail", "nan", "slow"]
 
 
 def sleep(config: dict[str, Any], trial: Any) -> dict[str, float]:
@@ -55,6 +55,22 @@ def curve(config: dict[str, Any], trial: Any) -> dict[str, float]:
         if step + 1 < steps and trial.should_stop():  # the last step ends it anyway
             break
     return {"value": value}
+
+
+def flaky(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Like ``curve``, but the first attempt raises after ``fail_at`` (2) steps.
+
+    Attempts are counted in the trial's checkpoint, as a crash that a retry
+    from the checkpoint gets past.
+    """
+    state = trial.load_checkpoint() or {"attempts": 0}
+    state["attempts"] += 1
+    trial.save_checkpoint(state)
+    if state["attempts"] == 1:
+        for step in range(int(config.get("fail_at", 2))):
+            trial.report(step, value=0.1 * (step + 1))
+        raise RuntimeError(f"flaky: attempt 1 of trial {trial.number} fails on purpose")
+    return curve({"rate": 1.0, **config}, trial)
 
 
 def fail(config: dict[str, Any], trial: Any) -> dict[str, float]:

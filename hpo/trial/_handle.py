@@ -52,6 +52,10 @@ class _StoreLink:
         """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
         step = reports[-1][0] if reports else None
         stop = self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
+        if stop and stop.get("resume"):  # the master is leaving; the next run goes on
+            self.record("suspended", step, f"the master was asked to stop ({stop['reason']}); "
+                        "checkpointed, resumes on the next run")
+            return "suspended"
         if stop:
             self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
             return f"stopped: {stop['reason']}"

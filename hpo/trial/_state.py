@@ -36,6 +36,9 @@ EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "interrup
 # zero padded -> {"index", "host", "pid", "worker", "started_at", "ended_at",
 # "first_step", "last_step", "outcome"}.
 SEGMENT_ATTR = "hpo:segment:"
+# Written by the worker every few seconds while the objective runs (a time):
+# a RUNNING trial whose heartbeat is stale was lost with its worker or master.
+HEARTBEAT_ATTR = "hpo:heartbeat"
 # Study user attribute: set when the study must stop ({"reason": ..., ...}).
 STOP_ATTR = "hpo:stop"
 

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -26,9 +27,9 @@ from typing import Any
 import optuna
 
 from hpo.store import open_storage
-from hpo.trial._handle import Trial, _StoreLink
+from hpo.trial._handle import Trial, _StoreLink, record_event
 from hpo.trial._objective import Objective, resolve_objective
-from hpo.trial._state import REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState
+from hpo.trial._state import HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState
 
 __all__ = ["TrialTask", "TrialOutcome", "run_trial"]
 
@@ -54,6 +55,8 @@ class TrialTask:
     # Reports this task may make before the trial is suspended, checkpointed,
     # to resume in a later task (segmented scheduling); None: run to the end.
     segment_steps: int | None = None
+    # The study's ``retries``: how many more times a failing objective runs.
+    retries: int = 0
     # Run the objective in a fresh child process: needed for a hard time limit,
     # and for GPU trials (a process that has initialised CUDA ignores later
     # changes of CUDA_VISIBLE_DEVICES, and COMPSs reuses worker processes).
@@ -92,8 +95,13 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         return _outcome_of(stored)
     run = _start_record(task, stored)
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
-    result = _run_isolated(task) if task.isolate else _run_here(task)
-    state, value = _classify(result, task.metric)
+    while True:
+        with _Heartbeat(storage, task.trial_id):
+            result = _run_isolated(task) if task.isolate else _run_here(task)
+        state, value = _classify(result, task.metric)
+        if state is not TrialState.FAILED or _failed_attempts(run) >= task.retries:
+            break
+        run = _retry_record(storage, task, run, result)  # user code failed: again, from its checkpoint
     _end_record(run, result, task, suspended=state is TrialState.SUSPENDED)
     if task.segment_steps is not None:
         storage.set_trial_user_attr(task.trial_id, f"{SEGMENT_ATTR}{run['segment']:06d}",
@@ -106,6 +114,55 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     except optuna.exceptions.UpdateFinishedTrialError:
         pass  # finished meanwhile (cancelled by the master): the stored record wins
     return _outcome_of(storage.get_trial(task.trial_id))
+
+
+class _Heartbeat:
+    """Writes the time on the trial every HEARTBEAT_S while the objective runs,
+    so that a master can tell a trial still running elsewhere from a lost one."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
+        self._storage, self._trial_id = storage, trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="hpo-heartbeat", daemon=True)
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        # The run record written at the start counts as the first beat.
+        while not self._stop.wait(heartbeat_s()):
+            try:
+                self._storage.set_trial_user_attr(self._trial_id, HEARTBEAT_ATTR, time.time())
+            except Exception:  # a store hiccup must not end the trial; the next beat retries
+                pass
+
+
+def heartbeat_s() -> float:
+    """Seconds between heartbeats (``HPO_HEARTBEAT_S``, default 10)."""
+    return float(os.environ.get("HPO_HEARTBEAT_S", "10"))
+
+
+def _failed_attempts(run: dict[str, Any]) -> int:
+    earlier = [a for a in run.get("previous", []) if (a.get("error") or {}).get("type") != "Lost"]
+    return sum(1 for a in earlier if a.get("error"))
+
+
+def _retry_record(storage: optuna.storages.BaseStorage, task: TrialTask, run: dict[str, Any],
+                  result: "_Result") -> dict[str, Any]:
+    """Close the failed attempt and open the next one (the study's ``retries``)."""
+    error = result.error or {}
+    _end_record(run, result, task, suspended=False)
+    record_event(storage, task.trial_id, "retried", None,
+                 f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
+                 f"{error.get('message')}); retrying from its checkpoint")
+    following = _start_record(task, storage.get_trial(task.trial_id), previous=run)
+    storage.set_trial_user_attr(task.trial_id, RUN_ATTR, following)
+    return following
 
 
 _OPTUNA_STATE = {
@@ -130,10 +187,18 @@ def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
     return TrialOutcome(trial.number, TrialState.of(trial), trial.value if trial.values else None)
 
 
-def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial) -> dict[str, Any]:
+def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial,
+                  previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run record as this task starts: the next segment of a suspended
-    trial, or a new attempt (the first, or a retry after a lost one)."""
-    previous = stored.user_attrs.get(RUN_ATTR) or {}
+    trial, or a new attempt (the first, a retry, or one after a lost one)."""
+    if previous is None:
+        previous = stored.user_attrs.get(RUN_ATTR) or {}
+        if previous and not previous.get("suspended"):  # its worker or master died
+            previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
+            record_event(open_storage(task.storage), task.trial_id, "retried", None,
+                         f"attempt {previous.get('attempt')} on {previous.get('host')} "
+                         f"(pid {previous.get('pid')}) was lost with its worker or master; "
+                         "running again from its checkpoint")
     now = time.time()
     where = {"host": socket.gethostname(), "pid": os.getpid(), "segment_started_at": now,
              "cpus": task.cpus, "gpus": _assigned_gpus(task),
@@ -142,8 +207,8 @@ def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial) -> dict[str
     if previous.get("suspended"):
         return {**previous, **where, "suspended": False, "segment": segment}
     history = previous.get("previous", []) + ([_brief(previous)] if previous else [])
-    return {**where, "attempt": len(history) + 1, "started_at": now, "segment": segment,
-            "previous": history, "duration_s": previous.get("duration_s", 0.0),
+    return {**where, "attempt": len(history) + 1, "started_at": previous.get("started_at", now),
+            "segment": segment, "previous": history, "duration_s": previous.get("duration_s", 0.0),
             "core_seconds": previous.get("core_seconds", 0.0),
             "gpu_seconds": previous.get("gpu_seconds", 0.0)}
 
@@ -171,7 +236,7 @@ def _segment_record(run: dict[str, Any], result: "_Result", state: TrialState) -
 
 def _brief(run: dict[str, Any]) -> dict[str, Any]:
     """What is kept of an earlier attempt."""
-    return {k: run.get(k) for k in ("host", "pid", "started_at", "ended_at", "error")}
+    return {k: run.get(k) for k in ("attempt", "host", "pid", "started_at", "ended_at", "error")}
 
 
 def _assigned_gpus(task: TrialTask) -> list[str]:
