@@ -196,3 +196,18 @@ def test_segments_lengthen_past_each_milestone():
 def test_unknown_policy_is_a_space_error():
     with pytest.raises(hpo.SpaceError, match=r"scheduling.policy.*round_robin"):
         hpo.parse_spec({"space": {"x": [1]}, "scheduling": {"policy": "round-robin"}})
+
+
+def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_path, monkeypatch):
+    for name in ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S"):
+        monkeypatch.setenv(name, "")
+    compss.start(n_workers=1)
+    space = toy_space("priority", "hpo.examples.toy:curve", fixed={"steps": 4},
+                      search={"parallel": 1}, scheduling={"policy": "convergence", "segment_steps": 2},
+                      space={"rate": [0.1, 0.9]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert all(t.state is TrialState.COMPLETE and len(t.segments) == 2 for t in result.trials)
+    assert compss.declared["compss_trial_first"]["task"]["priority"] is True
+    calls = [(s["function"], s["priority"]) for s in compss.submitted]
+    # Two first segments as ordinary tasks, then the two resumed ones prioritised.
+    assert calls == [("compss_trial", False)] * 2 + [("compss_trial_first", True)] * 2
