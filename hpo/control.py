@@ -116,7 +116,7 @@ class Controller:
         for flight in self._in_flight.values():
             # Still running when the engine goes: lost with it, to be resumed
             # from its checkpoint at once by the next run (no heartbeat to wait out).
-            storage.set_trial_user_attr(flight.trial_id, HEARTBEAT_ATTR, 0.0)
+            storage.set_trial_user_attr(flight.trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
 
     def _loop(self, searcher: Searcher, study: optuna.Study) -> None:
         parallel = self.spec.search.parallel or self.engine.slots
@@ -335,9 +335,10 @@ def _unfinished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def _last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
     run = trial.user_attrs.get(RUN_ATTR) or {}
     beat = trial.user_attrs.get(HEARTBEAT_ATTR)
-    if beat == 0.0:
-        return 0.0  # its master gave it up when it stopped
-    return max(beat or 0.0, run.get("segment_started_at") or run.get("started_at") or 0.0)
+    started = run.get("segment_started_at") or run.get("started_at") or 0.0
+    if isinstance(beat, dict):  # given up by a master that stopped; alive if started since
+        return started if started > beat["abandoned_at"] else 0.0
+    return max(beat or 0.0, started)
 
 
 def _await_live_trials(storage: optuna.storages.BaseStorage, study_name: str, progress: bool) -> None:
