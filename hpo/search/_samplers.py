@@ -9,7 +9,7 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
-from hpo.search._base import Searcher
+from hpo.search._base import Searcher, _key
 
 __all__ = ["GridSearcher", "SamplerSearcher", "make_inner_sampler"]
 
@@ -49,15 +49,27 @@ class SamplerSearcher(Searcher):
         self.adaptive = not isinstance(inner, optuna.samplers.RandomSampler)
         self._grid = grid
         self._rng = random.Random(seed)
+        # Configurations an earlier run of this study handed out: a seeded
+        # sampler, made afresh, draws its sequence again from the start.
+        self._replay = set(self._seen)
 
     def _exhausted(self) -> bool:
         return self._grid is not None and len(self._seen) >= len(self._grid)
 
     def _propose(self, study, trial):
-        for _ in range(_TRIES):
+        tries = 0
+        while tries < _TRIES:
             params = self._sample(study, trial)
             if self._is_new(params):
                 return params
+            if _key(params) in self._replay:
+                # The earlier run's own proposal, drawn again: skipped without
+                # counting as a duplicate, so that a resumed study goes on with
+                # the draws the uninterrupted one would have made.
+                self._replay.discard(_key(params))
+                tries = 0
+                continue
+            tries += 1
         return self._unseen_grid_point() or params
 
     def _sample(self, study, trial) -> dict[str, Any]:
