@@ -98,11 +98,7 @@ class Controller:
         storage = study._storage
         study.set_user_attr(STOP_ATTR, {"reason": signal_name, "resume": True})
         grace = float(os.environ.get("HPO_STOP_GRACE_S", "30"))
-        for number, flight in list(self._in_flight.items()):
-            if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
-                self.engine.cancel(flight.handle)
-                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({signal_name})")
-                del self._in_flight[number]
+        self._cancel_pending(storage, signal_name)
         if self._in_flight:
             print(f"\nhpo: {signal_name}: letting {len(self._in_flight)} running trials checkpoint "
                   f"(up to {grace:g} s)", file=sys.stderr)
@@ -267,18 +263,22 @@ class Controller:
         """Tell running trials to stop, and cancel the tasks not started yet."""
         study.set_user_attr(STOP_ATTR, reason)
         storage = study._storage
+        self._cancel_pending(storage, reason["reason"])
         for number, flight in list(self._in_flight.items()):
             trial = storage.get_trial(flight.trial_id)
-            state = TrialState.of(trial)
-            if state is TrialState.PENDING:
-                self.engine.cancel(flight.handle)
-                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({reason['reason']})")
-                del self._in_flight[number]
-            elif state is TrialState.SUSPENDED and not flight.is_done(trial):
+            if TrialState.of(trial) is TrialState.SUSPENDED and not flight.is_done(trial):
                 self.engine.cancel(flight.handle)  # its next segment has not started
                 _stop_suspended(study, [self._waiting(study, trial)], reason)
                 del self._in_flight[number]
         return True
+
+    def _cancel_pending(self, storage: optuna.storages.BaseStorage, why: str) -> None:
+        """Cancel the queued tasks of trials no worker has started."""
+        for number, flight in list(self._in_flight.items()):
+            if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
+                self.engine.cancel(flight.handle)
+                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({why})")
+                del self._in_flight[number]
 
 
 @dataclass
