@@ -9,7 +9,6 @@ the server, so the browser receives one page of rows.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import dash
@@ -44,20 +43,22 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
              "color": colour} for state, colour in (("FAILED", "#d62728"), ("TIMEOUT", "#9467bd"),
                                                     ("PRUNED", "#ff7f0e"))],
     )
-    tabs = [dcc.Tab(label="Leaderboard", value="leaderboard", children=[
+    # The tabs only choose; the active view is built into "view" on the server
+    # and arrives with its figure (no hidden graphs waiting for an update).
+    tabs = [dcc.Tab(label="Leaderboard", value="leaderboard")]
+    tabs += [dcc.Tab(label=v.label, value=v.key) for v in VIEWS]
+    board = html.Div(id="board", children=[
         html.P("Every trial, best first. Click a header to sort (shift-click for several), "
                "type in the row under it to filter (e.g. > 0.9, adam, FAILED).", className="what"),
-        table])]
-    tabs += [dcc.Tab(label=v.label, value=v.key, children=[
-        html.P(v.what, className="what"),
-        dcc.Loading(dcc.Graph(id=f"graph-{v.key}", config=_GRAPH_CONFIG), delay_show=300)])
-        for v in VIEWS]
+        table])
     app.layout = html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 1em"}, children=[
         html.H2(f"hpo: {snap.name}", style={"marginBottom": "0.2em"}),
         html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
         dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="version"),
         dcc.Tabs(id="tabs", value="leaderboard", children=tabs),
+        board,
+        dcc.Loading(html.Div(id="view"), delay_show=300),
     ])
     _wire(app, reader)
     return app
@@ -71,11 +72,16 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         text = summary(snap)
         return (dash.no_update if snap.version == known else snap.version), text
 
-    @app.callback([Output(f"graph-{v.key}", "figure") for v in VIEWS],
+    @app.callback(Output("view", "children"), Output("board", "style"),
                   Input("tabs", "value"), Input("version", "data"))
-    def _draw(tab: str, _: Any):
-        snap = reader.snapshot()
-        return [view.figure(snap) if view.key == tab else dash.no_update for view in VIEWS]
+    def _show(tab: str, _: Any):
+        view = next((v for v in VIEWS if v.key == tab), None)
+        if view is None:
+            return [], {"display": "block"}
+        figure = view.figure(reader.snapshot())  # memoised per snapshot: tab switches are cheap
+        return [html.P(view.what, className="what"),
+                dcc.Graph(id=f"graph-{view.key}", figure=figure, config=_GRAPH_CONFIG)], \
+            {"display": "none"}
 
     @app.callback(Output("leaderboard", "data"), Output("leaderboard", "page_count"),
                   Output("leaderboard", "columns"),
@@ -96,12 +102,14 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
 
 
 def warm_up() -> None:
-    """Import what the first drawing of a view would (optuna.importance pulls
-    in scikit-learn: seconds), in the background while the server starts."""
-    def load() -> None:
-        import optuna.importance  # noqa: F401
+    """Import now what drawing imports lazily: Plotly's pandas check and
+    optuna.importance (which pulls scikit-learn in). The server answers
+    callbacks on several threads, and two threads importing one module at the
+    same moment can see it half-initialised."""
+    import optuna.importance  # noqa: F401
+    from _plotly_utils.optional_imports import get_module
 
-    threading.Thread(target=load, name="hpo-dashboard-warm-up", daemon=True).start()
+    get_module("pandas")
 
 
 def serve(app: dash.Dash, host: str, port: int) -> None:

@@ -191,10 +191,11 @@ class StoreReader:
         )
 
     def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:
-        # Finished trials never change (Optuna refuses updates), and the journal
-        # replaces a trial's object when it changes: either way reuse is safe.
+        # The journal replaces a trial's object when the trial changes, and a
+        # trial seen finished never changes again (Optuna refuses updates):
+        # either way the view built then is still right.
         cached = self._views.get(trial._trial_id)
-        if cached is not None and (cached[0] is trial or trial.state.is_finished()):
+        if cached is not None and (cached[0] is trial or cached[0].state.is_finished()):
             return cached[1]
         view = TrialView.from_frozen(trial)
         self._views[trial._trial_id] = (trial, view)

@@ -72,7 +72,7 @@ def _number(value: float | None) -> float | None:
 
 _TERM = re.compile(
     r"""\s*\{(?P<col>[^}]+)\}\s*
-        (?P<op>s=|s<|s>|s<=|s>=|s!=|<=|>=|!=|=|<|>|eq|ne|lt|le|gt|ge
+        (?P<op>s<=|s>=|s!=|s=|s<|s>|<=|>=|!=|=|<|>|eq|ne|lt|le|gt|ge
             |icontains|scontains|contains|idatestartswith|datestartswith|is\ blank|is\ nil)
         \s*(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`|[^&|]*?)?\s*$""",
     re.VERBOSE)

@@ -47,7 +47,9 @@ def plain(value: Any, limit: int | None = None) -> str:
 
 def base_layout(title: str, **extra: Any) -> dict[str, Any]:
     return {"title": {"text": title, "x": 0.01}, "template": "plotly_white",
-            "margin": {"l": 60, "r": 20, "t": 60, "b": 50}, "height": 480, **extra}
+            "margin": {"l": 60, "r": 20, "t": 60, "b": 50}, "height": 480,
+            # Zoom and legend choices survive a live refresh of the figure.
+            "uirevision": "keep", **extra}
 
 
 def message_figure(title: str, message: str) -> go.Figure:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,21 @@ def test_a_refresh_rereads_only_when_the_store_changed_and_reuses_finished_trial
     second = reader.snapshot()
     assert second is not first and len(second.trials) == 9 and second.version != first.version
     assert all(a is b for a, b in zip(first.trials, second.trials))  # finished: built once
+
+
+def test_a_running_trial_is_shown_finished_once_it_finishes(grid, tmp_path):
+    run_dir = tmp_path / "grid"
+    shutil.copytree(grid, run_dir)
+    reader = StoreReader(run_dir)
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(run_dir / "journal.log")))
+    study = optuna.load_study(study_name="grid", storage=storage)
+    trial = study.ask()
+    storage.set_trial_user_attr(trial._trial_id, RUN_ATTR, {"host": "h", "pid": 1, "started_at": 1.0})
+    assert reader.snapshot().trials[-1].state is hpo.TrialState.RUNNING
+    study.tell(trial, -3.0)
+    last = reader.snapshot().trials[-1]
+    assert last.state is hpo.TrialState.COMPLETE and last.value == -3.0
 
 
 def test_missing_or_wrong_run_directories_are_usage_errors(tmp_path):
@@ -244,6 +260,8 @@ def test_leaderboard_rows_sort_and_filter_on_the_server(grid):
     assert len(leaderboard.query(table, filter_query=f"{{{tag}}} contains script")) == 18
     assert len(leaderboard.query(table, filter_query="{value} >= -1 && {state} scontains COMPLETE")) == 8
     assert len(leaderboard.query(table, filter_query='{param_1} = 2')) == 6
+    # What the table's filter row sends for "<= -4" typed under a numeric column.
+    assert len(leaderboard.query(table, filter_query="{value} s<= -4")) == 24
     with pytest.raises(ValueError, match="cannot filter"):
         leaderboard.query(table, filter_query="value > 1")
 
