@@ -10,6 +10,7 @@ import optuna
 
 from hpo.control import Controller
 from hpo.engines import make_engine
+from hpo.errors import EngineError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
@@ -90,11 +91,14 @@ def run(
                    seed=seed, timeout_s=timeout_s, name=name,
                    objective=objective if isinstance(objective, str) else None)
     resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
-    chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
-    run_dir = RunDir(Path(runs_dir) / spec.name)
-    record = spec.to_dict()
-    record["objective"] = reference_of(objective or spec.objective)
-    storage_url = run_dir.create(record, storage)
-    controller = Controller(spec, run_dir, storage_url, chosen,
-                            objective=objective if callable(objective) else None, progress=progress)
-    return controller.run()
+    try:
+        chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
+        run_dir = RunDir(Path(runs_dir) / spec.name)
+        record = spec.to_dict()
+        record["objective"] = reference_of(objective or spec.objective)
+        storage_url = run_dir.create(record, storage)
+        controller = Controller(spec, run_dir, storage_url, chosen,
+                                objective=objective if callable(objective) else None, progress=progress)
+        return controller.run()
+    except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
+        raise EngineError(f"{spec.source}: {exc}") from None

@@ -44,12 +44,12 @@ def test_resource_corpus_matches_the_tables():
     assert files == sorted(_IDS) == sorted(row[0] for row in WORKER_REFUSALS)
 
 
-def _refused(proc, path: str, fix: str, also: list[str]) -> str:
+def _refused(proc, file: str, path: str, fix: str, also: list[str]) -> str:
     err = proc.stderr
     assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{err}"
     assert "Traceback" not in err, err
     message = err[err.index("hpo: error:"):]
-    assert f"hpo: error: {path}: " in message, message
+    assert f"hpo: error: {file}: {path}: " in message, message  # the place: file and JSON path
     fix_lines = [line for line in message.splitlines() if line.strip().startswith("fix:")]
     assert fix_lines and fix in fix_lines[0], message
     for text in also:
@@ -64,7 +64,7 @@ def test_embedded_cluster_refuses_what_this_machine_lacks(tmp_path, file, path, 
 
     runs = tmp_path / "runs"
     proc = run("run", rel, "--runs-dir", runs, env_extra=NO_GPUS)  # the default engine: dask here
-    _refused(proc, path, fix, also)
+    _refused(proc, rel, path, fix, also)
     assert "engine dask" in proc.stderr
     assert not runs.exists() or not any(runs.iterdir()), "refused before anything was created"
 
@@ -76,9 +76,9 @@ def test_embedded_cluster_refuses_what_this_machine_lacks(tmp_path, file, path, 
 @pytest.mark.parametrize(("file", "need"), WORKER_REFUSALS, ids=_IDS)
 def test_running_workers_refuse_what_none_of_them_has(dask_address, tmp_path, file, need):
     runs = tmp_path / "runs"
-    proc = run("run", f"tests/bad_spaces/resources/{file}", "--engine", "dask",
-               "--scheduler", dask_address, "--runs-dir", runs)
-    message = _refused(proc, "$.resources", "--resources", [f"needing {need}", "CPU=1"])
+    rel = f"tests/bad_spaces/resources/{file}"
+    proc = run("run", rel, "--engine", "dask", "--scheduler", dask_address, "--runs-dir", runs)
+    message = _refused(proc, rel, "$.resources", "--resources", [f"needing {need}", "CPU=1"])
     assert "workers offer" in message
     # The study was opened before the workers could be asked; no trial was created.
     summary = json.loads(ok(run("status", runs / Path(file).stem, "--json")).stdout)
