@@ -90,9 +90,10 @@ class DaskEngine(Engine):
         self._plan_resources()
 
     def _local_cpu_cluster(self):
+        from dask.system import CPU_COUNT  # this process's share: affinity, cgroup (SLURM)
         from distributed import LocalCluster
 
-        n = self.workers or max(1, (os.cpu_count() or 1) // self.cpus)
+        n = self.workers or max(1, CPU_COUNT // self.cpus)
         return LocalCluster(
             n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address=":0",  # a free port: studies on one node never clash
