@@ -381,6 +381,18 @@ def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None
     return rng.choice(pids) if pids else None
 
 
+def _kill_outside_append(kill, run_dir: Path, allow_in_lock: bool) -> str:
+    """Call ``kill`` at a moment no process holds the journal's lock (unless
+    allowed): a process killed inside an append leaves the lock file behind,
+    which other writers break only after 30 s. Returns a note when a lock file
+    is there right after the kill (then a stall of up to 30 s may follow)."""
+    deadline = time.monotonic() + 5
+    while not allow_in_lock and _journal_locked(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    kill()
+    return ", journal lock file present after the kill" if _journal_locked(run_dir) else ""
+
+
 def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[str, str],
               rng: random.Random, kills: int, status: Status, allow_in_lock: bool = False) -> Outcome:
     """Run the study while killing ``kills`` workers and the master once; restart them."""
@@ -393,6 +405,7 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     plan = [("worker", n) for n in early] + [("master", master_at)]
     killed: list[str] = []
     worker_kills: list[tuple[int, bool]] = []
+    done = 0
     started = time.monotonic()
     study.start_master()
     try:
@@ -403,26 +416,28 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
             if what == "worker":
                 pid = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "a worker mid-trial",
                             study.master_alive)
-                cluster.kill_worker(pid)
+                held = _kill_outside_append(lambda: cluster.kill_worker(pid), study.run_dir, allow_in_lock)
                 worker_kills.append((pid, True))
                 new = cluster.restart_worker()
-                killed.append(f"worker {pid} (SIGKILL, master up) -> new worker {new}")
+                killed.append(f"worker {pid} (SIGKILL, master up{held}) -> new worker {new}")
             else:
                 # Trials in flight, one of them on the worker that dies with the master.
                 victim = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "trials in flight",
                                study.master_alive)
                 pid = study.master.pid
-                study.kill_master()
-                killed.append(f"master {pid} (SIGKILL)")
+                held = _kill_outside_append(study.kill_master, study.run_dir, allow_in_lock)
+                killed.append(f"master {pid} (SIGKILL{held})")
                 if kills:
                     # A node failure taking a worker with the master: one of the
                     # dead master's trials falls silent and must be resumed.
-                    cluster.kill_worker(victim)
+                    held = _kill_outside_append(lambda: cluster.kill_worker(victim), study.run_dir,
+                                                allow_in_lock)
                     worker_kills.append((victim, False))
                     new = cluster.restart_worker()
-                    killed.append(f"worker {victim} (SIGKILL, master down) -> new worker {new}")
+                    killed.append(f"worker {victim} (SIGKILL, master down{held}) -> new worker {new}")
                 study.start_master()
-            status.note(f"[{study.label}] killed {killed[-1] if what == 'worker' else ', '.join(killed[-2:])}")
+            status.note(f"[{study.label}] killed " + ", ".join(killed[done:]))
+            done = len(killed)
         study.finish(started)
     finally:
         study.stop()

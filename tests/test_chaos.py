@@ -73,29 +73,30 @@ def test_killed_workers_and_master_lose_nothing(cluster, tmp_path, algorithm):
     assert {t.state for t in result.trials} <= {TrialState.COMPLETE, TrialState.CANCELLED}
 
     # The worker killed under a running master: Dask ran its trial again
-    # elsewhere, as attempt 2 of the same trial.
+    # elsewhere, as a new attempt of the same trial, without the master.
     (up_pid, _), (down_pid, _) = outcome.worker_kills
     retried = _lost_on(complete, up_pid)
-    assert retried and all(t.attempt == 2 for t in retried)
-    assert all("resumed" not in _kinds(t) for t in retried)
+    assert retried and all(t.attempt >= 2 and before != "resumed" for t, before in retried)
     # The worker that died with the master: its trial fell silent and the
     # restarted master resumed it as itself, from its checkpoint.
     resumed = _lost_on(complete, down_pid)
-    assert resumed and all(t.attempt == 2 and _kinds(t) == ["resumed", "retried"] for t in resumed)
-    for trial in resumed:
-        frozen = hpo.store.RunDir(outcome.run_dir).load_study().trials[trial.number]
-        assert sorted(frozen.intermediate_values) == list(range(chaos.STEPS))
+    assert resumed and all(t.attempt >= 2 and before == "resumed" for t, before in resumed)
+    study = hpo.store.RunDir(outcome.run_dir).load_study()
+    for trial, _ in retried + resumed:  # every step of the curve reported
+        assert sorted(study.trials[trial.number].intermediate_values) == list(range(chaos.STEPS))
     assert outcome.retried >= 2 and outcome.resumed >= 1
 
 
-def _lost_on(trials: list[hpo.TrialRecord], pid: int) -> list[hpo.TrialRecord]:
-    """Trials whose retried event names the killed worker's PID."""
-    return [t for t in trials for e in t.events
-            if e["kind"] == "retried" and f"(pid {pid})" in e["reason"]]
-
-
-def _kinds(trial: hpo.TrialRecord) -> list[str]:
-    return [e["kind"] for e in trial.events]
+def _lost_on(trials: list[hpo.TrialRecord], pid: int) -> list[tuple[hpo.TrialRecord, str | None]]:
+    """Trials whose retried event names the killed worker's PID, with the kind
+    of the event just before it (the master's "resumed", or none)."""
+    found = []
+    for t in trials:
+        kinds = [e["kind"] for e in t.events]
+        for i, e in enumerate(t.events):
+            if e["kind"] == "retried" and f"(pid {pid})" in e["reason"]:
+                found.append((t, kinds[i - 1] if i else None))
+    return found
 
 
 @pytest.mark.parametrize("handed_out", [5, 20, 25, 29])
