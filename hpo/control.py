@@ -27,6 +27,7 @@ import optuna
 from hpo.engines import Engine
 from hpo.errors import StopRequested
 from hpo.progress import ProgressLine
+from hpo.recovery import await_live_trials, cancel_never_started, end_trial, fail_lost_trial, unfinished
 from hpo.results import StudyResult, _attrs_under
 from hpo.scheduling import Policy, RoundRobin, Waiting, convergence, make_policy, segment_steps
 from hpo.search import Searcher, open_search
@@ -35,8 +36,7 @@ from hpo.store import RunDir, open_storage
 from hpo.trial import TrialState, TrialTask
 from hpo.trial._objective import Objective
 from hpo.trial._handle import record_event
-from hpo.trial._state import ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
-from hpo.trial._task import heartbeat_s
+from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
 
 __all__ = ["Controller"]
 
@@ -77,8 +77,8 @@ class Controller:
 
     def run(self) -> StudyResult:
         storage = open_storage(self.storage_url)
-        _await_live_trials(storage, self.spec.name, self.progress)
-        _cancel_leftovers(storage, self.spec.name)
+        await_live_trials(storage, self.spec.name, self.progress)
+        cancel_never_started(storage, self.spec.name)
         searcher = open_search(self.spec, storage)
         study = searcher.study
         if (study.user_attrs.get(STOP_ATTR) or {}).get("reason") == "target":
@@ -123,7 +123,7 @@ class Controller:
         stopping = exhausted = False
         tally = _Tally.of(study)
         # Trials an earlier run left suspended or lost go on first, from their checkpoints.
-        leftovers = {w.number: w for w in map(partial(self._waiting, study), _unfinished(study))}
+        leftovers = {w.number: w for w in map(partial(self._waiting, study), unfinished(study))}
         waiting: dict[int, Waiting] = {}
         progress.update(*tally.line(0))
         while True:
@@ -249,7 +249,7 @@ class Controller:
         try:
             self.engine.settle(flight.handle)
         except Exception as exc:  # the task itself failed: worker lost too often, etc.
-            _fail_lost_trial(study._storage, flight.trial_id, f"{type(exc).__name__}: {exc}")
+            fail_lost_trial(study._storage, flight.trial_id, f"{type(exc).__name__}: {exc}")
         trial = study._storage.get_trial(flight.trial_id)
         return TrialState.of(trial), trial.value if trial.values else None
 
@@ -277,7 +277,7 @@ class Controller:
         for number, flight in list(self._in_flight.items()):
             if TrialState.of(storage.get_trial(flight.trial_id)) is TrialState.PENDING:
                 self.engine.cancel(flight.handle)
-                _end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({why})")
+                end_trial(storage, flight.trial_id, "cancelled", f"study stopped ({why})")
                 del self._in_flight[number]
 
 
@@ -313,58 +313,6 @@ class _Tally:
         return self.counted, running, self.failed, self.best
 
 
-def _cancel_leftovers(storage: optuna.storages.BaseStorage, study_name: str) -> None:
-    """Trials an earlier master created but no worker started are ended; their
-    configurations are proposed again. Started ones are resumed instead."""
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-    except KeyError:
-        return  # a new study
-    for trial in storage.get_all_trials(study_id, deepcopy=False,
-                                        states=(optuna.trial.TrialState.RUNNING,)):
-        if TrialState.of(trial) is TrialState.PENDING:
-            _end_trial(storage, trial._trial_id, "interrupted", "never started by an earlier run")
-
-
-def _unfinished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Trials started by an earlier run and not finished: suspended, or lost."""
-    return [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-            if TrialState.of(t) in (TrialState.SUSPENDED, TrialState.RUNNING)]
-
-
-def _last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
-    run = trial.user_attrs.get(RUN_ATTR) or {}
-    beat = trial.user_attrs.get(HEARTBEAT_ATTR)
-    started = run.get("segment_started_at") or run.get("started_at") or 0.0
-    if isinstance(beat, dict):  # given up by a master that stopped; alive if started since
-        return started if started > beat["abandoned_at"] else 0.0
-    return max(beat or 0.0, started)
-
-
-def _await_live_trials(storage: optuna.storages.BaseStorage, study_name: str, progress: bool) -> None:
-    """Trials an earlier master left running may still run somewhere (a Dask
-    worker outlives its client): wait until they finish or their heartbeat
-    goes stale, so that no trial ever runs twice at once."""
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-    except KeyError:
-        return  # a new study
-    stale_after = 3 * heartbeat_s()
-    told = False
-    while True:
-        running = [t for t in storage.get_all_trials(study_id, deepcopy=False,
-                                                     states=(optuna.trial.TrialState.RUNNING,))
-                   if TrialState.of(t) is TrialState.RUNNING
-                   and time.time() - _last_sign_of_life(t) < stale_after]
-        if not running:
-            return
-        if progress and not told:
-            print(f"hpo: {len(running)} trials of an earlier run are still running (heartbeat); "
-                  f"waiting until they finish or fall silent for {stale_after:g} s", file=sys.stderr)
-            told = True
-        time.sleep(min(1.0, stale_after / 10))
-
-
 def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[list[float]]:
     """The losses (the metric, negated when maximised) of each segment, in order."""
     values = trial.intermediate_values
@@ -394,23 +342,3 @@ def _stop_suspended(study: optuna.Study, waiting: list[Waiting], stop: dict[str,
                                            None if value is None else [value])
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
-
-
-def _end_trial(storage: optuna.storages.BaseStorage, trial_id: int, reason: str, message: str) -> None:
-    """End a trial without a result: "cancelled" or "interrupted" (see ENDED_BY_ATTR)."""
-    _fail(storage, trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message})
-
-
-def _fail_lost_trial(storage: optuna.storages.BaseStorage, trial_id: int, message: str) -> None:
-    """Record a trial whose task the engine could not run to the end as FAILED."""
-    run = dict(storage.get_trial(trial_id).user_attrs.get(RUN_ATTR) or {})
-    _fail(storage, trial_id, RUN_ATTR, {**run, "error": {"type": "EngineError", "message": message}})
-
-
-def _fail(storage: optuna.storages.BaseStorage, trial_id: int, key: str, value: Any) -> None:
-    """Write why a trial ended, then end it as FAIL, unless a worker finished it first."""
-    try:
-        storage.set_trial_user_attr(trial_id, key, value)
-        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        pass  # the worker finished it meanwhile: its record wins
