@@ -29,12 +29,7 @@ from hpo.store import RunDir
 from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
                               TrialState)
 
-__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "WORK_STATES"]
-
-# States a trial spends resources in and then leaves; what cost views split by.
-WORK_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAILED, TrialState.TIMEOUT,
-               TrialState.CANCELLED, TrialState.RUNNING, TrialState.SUSPENDED)
-
+__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
 
 @dataclass(frozen=True)
 class TrialView(TrialRecord):
@@ -148,7 +143,7 @@ class StoreReader:
         info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
         self.spec: dict[str, Any] = info.get("spec") or {}
         self.url = self.run_dir.storage_url()
-        with _gc_paused():
+        with gc_paused():
             self._storage = _open_read_only(self.url, self.run_dir.path)
         self._study_id = _study_id(self._storage, self.spec.get("name"), self.run_dir.path)
         self._lock = threading.Lock()
@@ -168,7 +163,7 @@ class StoreReader:
         with self._lock:
             signature = self.signature()
             if self._snapshot is None or signature != self._signature:
-                with _gc_paused():
+                with gc_paused():
                     self._snapshot = self._read(signature)
                 self._signature = signature
             return self._snapshot
@@ -203,7 +198,7 @@ class StoreReader:
 
 
 @contextlib.contextmanager
-def _gc_paused():
+def gc_paused():
     """Reading a big store makes millions of objects and no garbage; the cyclic
     collector would rescan them all again and again (60% of the time)."""
     enabled = gc.isenabled()

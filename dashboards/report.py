@@ -11,7 +11,7 @@ import html
 from pathlib import Path
 
 from hpo.dashboards import leaderboard
-from hpo.dashboards.data import Snapshot, load_snapshot
+from hpo.dashboards.data import Snapshot, gc_paused, load_snapshot
 from hpo.dashboards.views import VIEWS, summary
 
 __all__ = ["build_report", "write_report"]
@@ -62,7 +62,8 @@ def build_report(snap: Snapshot) -> str:
 def write_report(run_dir: str | Path, output: str | Path) -> Path:
     """Read ``run_dir`` once and write its report to ``output``."""
     output = Path(output)
-    text = build_report(load_snapshot(run_dir))
+    with gc_paused():  # one pass that makes no cyclic garbage: skip the collector's rescans
+        text = build_report(load_snapshot(run_dir))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text, encoding="utf-8")
     return output
