@@ -25,7 +25,7 @@ from hpo.trial._state import TrialState
 
 __all__ = ["history", "parallel", "importance", "curves", "MIN_IMPORTANCE_TRIALS"]
 
-MAX_PARALLEL_LINES = 1500
+MAX_PARALLEL_LINES = 1000
 MAX_CURVES = 300
 MAX_IMPORTANCE_TRIALS = 2000
 # PED-ANOVA compares the top 10% with the rest: below this it is noise.
