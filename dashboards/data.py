@@ -27,9 +27,10 @@ from hpo.errors import UsageError
 from hpo.results import StudyResult, TrialRecord, _error_text
 from hpo.store import RunDir
 from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
-                              TrialState)
+                              STOP_ATTR, TrialState)
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
+
 
 @dataclass(frozen=True)
 class TrialView(TrialRecord):
@@ -164,11 +165,15 @@ class StoreReader:
             signature = self.signature()
             if self._snapshot is None or signature != self._signature:
                 with gc_paused():
-                    self._snapshot = self._read(signature)
+                    fresh = self._read()
+                # Same content (a database re-read, a touched file): keep the old
+                # snapshot, and with it every view already drawn from it.
+                if self._snapshot is None or fresh.version != self._snapshot.version:
+                    self._snapshot = fresh
                 self._signature = signature
             return self._snapshot
 
-    def _read(self, signature: tuple) -> Snapshot:
+    def _read(self) -> Snapshot:
         storage, study_id = self._storage, self._study_id
         frozen = storage.get_all_trials(study_id, deepcopy=False)
         views = [self._view(t) for t in frozen]
@@ -181,8 +186,8 @@ class StoreReader:
             else "minimize",
             trials=tuple(views), taken_at=time.time(),
             slots=(spec.get("search") or {}).get("parallel"),
-            stop=storage.get_study_user_attrs(study_id).get("hpo:stop"),
-            version=f"{len(views)}:{hash(signature) & 0xFFFFFFFF:08x}", spec=spec,
+            stop=storage.get_study_user_attrs(study_id).get(STOP_ATTR),
+            version=_version(views), spec=spec,
         )
 
     def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:
@@ -195,6 +200,13 @@ class StoreReader:
         view = TrialView.from_frozen(trial)
         self._views[trial._trial_id] = (trial, view)
         return view
+
+
+def _version(views: list[TrialView]) -> str:
+    """Changes when anything a view draws changes (a trial, a step, an ending)."""
+    content = hash(tuple((v.number, v.state, v.value, v.steps, v.attempt, v.ended_at,
+                          len(v.events), len(v.segments)) for v in views))
+    return f"{len(views)}:{content & 0xFFFFFFFF:08x}"
 
 
 @contextlib.contextmanager
