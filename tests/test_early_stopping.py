@@ -211,3 +211,15 @@ def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_pa
     calls = [(s["function"], s["priority"]) for s in compss.submitted]
     # Two first segments as ordinary tasks, then the two resumed ones prioritised.
     assert calls == [("compss_trial", False)] * 2 + [("compss_trial_first", True)] * 2
+
+
+def test_objective_that_restarts_instead_of_resuming_still_ends(tmp_path):
+    # quadratic always starts at step 0: each segment would repeat the first.
+    space = toy_space("restarts", fixed={"steps": 6}, search={"parallel": 1},
+                      scheduling={"policy": "round_robin", "segment_steps": 3}, space={"x": [1, 2]})
+    result = hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
+    assert all(t.state is TrialState.COMPLETE and t.steps == 6 for t in result.trials)
+    for trial in result.trials:
+        kinds = [e["kind"] for e in trial.events]
+        assert kinds == ["suspended", "resumed", "unresumable"]
+        assert "instead of resuming" in trial.events[-1]["reason"]

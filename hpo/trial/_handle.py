@@ -41,8 +41,16 @@ class _StoreLink:
     segment_steps: int | None = None
     _reported: int = 0
 
-    def report(self, step: int, metrics: dict[str, float]) -> None:
+    def report(self, step: int, metrics: dict[str, float], earlier_last: int | None = None) -> None:
         # Each call appends (and fsyncs) before returning: durable when acknowledged.
+        if self._reported == 0 and self.segment_steps and earlier_last is not None \
+                and step <= earlier_last:
+            # The objective started over instead of resuming from its checkpoint:
+            # suspending it again would repeat the same segment for ever.
+            self.segment_steps = None
+            self.record("unresumable", step, f"started again at step {step} after step "
+                        f"{earlier_last} instead of resuming; runs to its end in this segment "
+                        "(resume from trial.load_checkpoint() or trial.next_step)")
         if self.metric in metrics:
             self.storage.set_trial_intermediate_value(self.trial_id, step, metrics[self.metric])
         self.storage.set_trial_user_attr(self.trial_id, f"{REPORT_ATTR}{step:06d}", metrics)
@@ -167,6 +175,7 @@ class Trial:
         self.cpus = cpus
         self.gpus = list(gpus or [])
         self.reports: list[tuple[int, dict[str, float]]] = list(reports or [])
+        self._earlier_last = self.reports[-1][0] if self.reports else None
         self.stop_reason: str | None = None
         self._link = _link
 
@@ -187,7 +196,7 @@ class Trial:
             clean[name] = float(value)
         finite = {k: v for k, v in clean.items() if math.isfinite(v)}
         if self._link:
-            self._link.report(step, finite)
+            self._link.report(step, finite, self._earlier_last)
         self.reports.append((step, clean))
 
     def should_stop(self) -> bool:

@@ -31,7 +31,8 @@ ENDED_BY_ATTR = "hpo:ended_by"
 # the worker never overwrite each other: EVENT_ATTR + time in ns + writer pid ->
 # {"time", "kind", "step", "reason", "host"}; kind is one of EVENT_KINDS.
 EVENT_ATTR = "hpo:event:"
-EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "interrupted", "cancelled")
+EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "unresumable",
+               "interrupted", "cancelled")
 # One per segment of a trial run in resumable pieces (or per attempt): + index,
 # zero padded -> {"index", "host", "pid", "worker", "started_at", "ended_at",
 # "first_step", "last_step", "outcome"}.
