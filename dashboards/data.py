@@ -24,10 +24,9 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
-from hpo.results import StudyResult, TrialRecord, _error_text
+from hpo.results import StudyResult, TrialRecord, grouped_attrs, record_fields
 from hpo.store import RunDir
-from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
-                              STOP_ATTR, TrialState)
+from hpo.trial._state import RUN_ATTR, STOP_ATTR
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
 
@@ -48,31 +47,11 @@ class TrialView(TrialRecord):
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
-        # One pass over the attributes (TrialRecord.from_frozen makes three):
-        # this runs for every trial of a 100,000-trial study on the first read.
-        reports, events, segments = [], [], []
-        for key, value in trial.user_attrs.items():
-            if not key.startswith("hpo:") or not isinstance(value, dict):
-                continue
-            if key.startswith(REPORT_ATTR):
-                reports.append((int(key[len(REPORT_ATTR):]), value))
-            elif key.startswith(EVENT_ATTR):
-                events.append((key, value))
-            elif key.startswith(SEGMENT_ATTR):
-                segments.append((key, value))
-        reports.sort(key=_first)
+        reports, events, segments = grouped_attrs(trial)
         run = trial.user_attrs.get(RUN_ATTR) or {}
         gpus = run.get("gpus")
         return cls(
-            number=trial.number, state=TrialState.of(trial),
-            value=trial.value if trial.values else None, params=dict(trial.params),
-            metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
-            started_at=run.get("started_at"), ended_at=run.get("ended_at"),
-            duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
-            gpu_seconds=run.get("gpu_seconds") or 0.0, steps=len(reports),
-            error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
-            events=[v for _, v in sorted(events, key=_first)],
-            segments=[v for _, v in sorted(segments, key=_first)],
+            **record_fields(trial, len(reports), events, segments),
             pid=run.get("pid"), cpus=int(run.get("cpus") or 1),
             gpus=len(gpus) if isinstance(gpus, list) else int(gpus or 0),
             previous=tuple(p for p in run.get("previous") or () if isinstance(p, dict)),
@@ -220,10 +199,6 @@ def gc_paused():
     finally:
         if enabled:
             gc.enable()
-
-
-def _first(pair: tuple) -> Any:
-    return pair[0]
 
 
 def load_snapshot(run_dir: str | Path) -> Snapshot:

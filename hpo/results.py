@@ -44,18 +44,8 @@ class TrialRecord:
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
-        run = trial.user_attrs.get(RUN_ATTR) or {}
-        return cls(
-            number=trial.number, state=TrialState.of(trial),
-            value=trial.value if trial.values else None, params=dict(trial.params),
-            metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
-            started_at=run.get("started_at"), ended_at=run.get("ended_at"),
-            duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
-            gpu_seconds=run.get("gpu_seconds") or 0.0,
-            steps=sum(1 for k in trial.user_attrs if k.startswith(REPORT_ATTR)),
-            error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
-            events=_attrs_under(trial, EVENT_ATTR), segments=_attrs_under(trial, SEGMENT_ATTR),
-        )
+        reports, events, segments = grouped_attrs(trial)
+        return cls(**record_fields(trial, len(reports), events, segments))
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -65,6 +55,40 @@ class TrialRecord:
 
 def _attrs_under(trial: optuna.trial.FrozenTrial, prefix: str) -> list[dict[str, Any]]:
     return [value for key, value in sorted(trial.user_attrs.items()) if key.startswith(prefix)]
+
+
+def grouped_attrs(trial: optuna.trial.FrozenTrial) -> tuple[
+        list[tuple[int, dict[str, float]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A trial's reports ``(step, metrics)``, events and segments, each in
+    order, from one pass over its attributes (it runs for every trial)."""
+    reports, events, segments = [], [], []
+    for key, value in trial.user_attrs.items():
+        if not key.startswith("hpo:") or not isinstance(value, dict):
+            continue
+        if key.startswith(REPORT_ATTR):
+            reports.append((int(key[len(REPORT_ATTR):]), value))
+        elif key.startswith(EVENT_ATTR):
+            events.append((key, value))
+        elif key.startswith(SEGMENT_ATTR):
+            segments.append((key, value))
+    reports.sort(key=lambda item: item[0])
+    return (reports, [v for _, v in sorted(events, key=lambda item: item[0])],
+            [v for _, v in sorted(segments, key=lambda item: item[0])])
+
+
+def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict[str, Any]],
+                  segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """The :class:`TrialRecord` fields of a stored trial."""
+    run = trial.user_attrs.get(RUN_ATTR) or {}
+    return dict(
+        number=trial.number, state=TrialState.of(trial),
+        value=trial.value if trial.values else None, params=dict(trial.params),
+        metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
+        started_at=run.get("started_at"), ended_at=run.get("ended_at"),
+        duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
+        gpu_seconds=run.get("gpu_seconds") or 0.0, steps=steps,
+        error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)), events=events, segments=segments,
+    )
 
 
 def _error_text(run: dict[str, Any], ended_by: dict[str, Any] | None) -> str | None:
