@@ -28,7 +28,7 @@ from hpo.engines import Engine
 from hpo.errors import StopRequested
 from hpo.progress import ProgressLine
 from hpo.recovery import await_live_trials, cancel_never_started, end_trial, fail_lost_trial, unfinished
-from hpo.results import StudyResult, _attrs_under
+from hpo.results import StudyResult, grouped_attrs
 from hpo.scheduling import Policy, RoundRobin, Waiting, convergence, make_policy, segment_steps
 from hpo.search import Searcher, open_search
 from hpo.space import StudySpec
@@ -36,7 +36,7 @@ from hpo.store import RunDir, open_storage
 from hpo.trial import TrialState, TrialTask
 from hpo.trial._objective import Objective
 from hpo.trial._handle import record_event
-from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, STOP_ATTR
+from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR
 
 __all__ = ["Controller"]
 
@@ -197,7 +197,7 @@ class Controller:
         sched = self.spec.scheduling
         last = losses[-1] if losses else []
         previous = losses[-2] if len(losses) > 1 else None
-        segments = _attrs_under(trial, SEGMENT_ATTR)
+        _, _, segments = grouped_attrs(trial)
         return Waiting(
             number=trial.number, trial_id=trial._trial_id,
             since=segments[-1]["ended_at"] if segments else 0.0,
@@ -318,7 +318,7 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[lis
     values = trial.intermediate_values
     sign = -1.0 if maximize else 1.0
     losses = []
-    for segment in _attrs_under(trial, SEGMENT_ATTR):
+    for segment in grouped_attrs(trial)[2]:
         first, last = segment.get("first_step"), segment.get("last_step")
         if first is not None:
             losses.append([sign * values[s] for s in range(first, last + 1) if s in values])

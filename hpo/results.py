@@ -53,10 +53,6 @@ class TrialRecord:
         return data
 
 
-def _attrs_under(trial: optuna.trial.FrozenTrial, prefix: str) -> list[dict[str, Any]]:
-    return [value for key, value in sorted(trial.user_attrs.items()) if key.startswith(prefix)]
-
-
 def grouped_attrs(trial: optuna.trial.FrozenTrial) -> tuple[
         list[tuple[int, dict[str, float]]], list[dict[str, Any]], list[dict[str, Any]]]:
     """A trial's reports ``(step, metrics)``, events and segments, each in
