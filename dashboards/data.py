@@ -24,9 +24,9 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
-from hpo.results import StudyResult, TrialRecord, grouped_attrs, record_fields
+from hpo.results import StudyResult, TrialRecord, record_fields
 from hpo.store import RunDir
-from hpo.trial._state import RUN_ATTR, STOP_ATTR
+from hpo.trial._state import RUN_ATTR, STOP_ATTR, grouped_attrs
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
 

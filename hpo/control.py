@@ -28,7 +28,7 @@ from hpo.engines import Engine
 from hpo.errors import StopRequested
 from hpo.progress import ProgressLine
 from hpo.recovery import await_live_trials, cancel_never_started, end_trial, fail_lost_trial, unfinished
-from hpo.results import StudyResult, grouped_attrs
+from hpo.results import StudyResult
 from hpo.scheduling import Policy, RoundRobin, Waiting, convergence, make_policy, segment_steps
 from hpo.search import Searcher, open_search
 from hpo.space import StudySpec
@@ -36,7 +36,7 @@ from hpo.store import RunDir, open_storage
 from hpo.trial import TrialState, TrialTask
 from hpo.trial._objective import Objective
 from hpo.trial._handle import record_event
-from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR
+from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, grouped_attrs
 
 __all__ = ["Controller"]
 

@@ -13,10 +13,9 @@ from typing import Any
 import optuna
 
 from hpo.store import RunDir
-from hpo.trial._state import (ENDED_BY_ATTR, EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
-                              STOP_ATTR, TrialState)
+from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, STOP_ATTR, TrialState, grouped_attrs
 
-__all__ = ["TrialRecord", "StudyResult"]
+__all__ = ["TrialRecord", "StudyResult", "record_fields"]
 
 
 @dataclass(frozen=True)
@@ -51,25 +50,6 @@ class TrialRecord:
         data = asdict(self)
         data["state"] = self.state.value
         return data
-
-
-def grouped_attrs(trial: optuna.trial.FrozenTrial) -> tuple[
-        list[tuple[int, dict[str, float]]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """A trial's reports ``(step, metrics)``, events and segments, each in
-    order, from one pass over its attributes (it runs for every trial)."""
-    reports, events, segments = [], [], []
-    for key, value in trial.user_attrs.items():
-        if not key.startswith("hpo:") or not isinstance(value, dict):
-            continue
-        if key.startswith(REPORT_ATTR):
-            reports.append((int(key[len(REPORT_ATTR):]), value))
-        elif key.startswith(EVENT_ATTR):
-            events.append((key, value))
-        elif key.startswith(SEGMENT_ATTR):
-            segments.append((key, value))
-    reports.sort(key=lambda item: item[0])
-    return (reports, [v for _, v in sorted(events, key=lambda item: item[0])],
-            [v for _, v in sorted(segments, key=lambda item: item[0])])
 
 
 def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict[str, Any]],

@@ -17,6 +17,7 @@ more facts apart, both derived from what the worker wrote:
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import optuna
 
@@ -80,3 +81,22 @@ class TrialState(str, enum.Enum):
         if run and run.get("timed_out"):
             return cls.TIMEOUT
         return cls.FAILED if state == optuna.trial.TrialState.FAIL else cls.PENDING
+
+
+def grouped_attrs(trial: optuna.trial.FrozenTrial) -> tuple[
+        list[tuple[int, dict[str, float]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A trial's reports ``(step, metrics)``, events and segments, each in
+    order, from one pass over its attributes (it runs for every trial)."""
+    reports, events, segments = [], [], []
+    for key, value in trial.user_attrs.items():
+        if not key.startswith("hpo:") or not isinstance(value, dict):
+            continue
+        if key.startswith(REPORT_ATTR):
+            reports.append((int(key[len(REPORT_ATTR):]), value))
+        elif key.startswith(EVENT_ATTR):
+            events.append((key, value))
+        elif key.startswith(SEGMENT_ATTR):
+            segments.append((key, value))
+    reports.sort(key=lambda item: item[0])
+    return (reports, [v for _, v in sorted(events, key=lambda item: item[0])],
+            [v for _, v in sorted(segments, key=lambda item: item[0])])

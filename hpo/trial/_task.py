@@ -29,7 +29,7 @@ import optuna
 from hpo.store import open_storage
 from hpo.trial._handle import Trial, _StoreLink, record_event
 from hpo.trial._objective import Objective, resolve_objective
-from hpo.trial._state import HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState
+from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState, grouped_attrs
 
 __all__ = ["TrialTask", "TrialOutcome", "run_trial"]
 
@@ -254,7 +254,7 @@ def _run_here(task: TrialTask) -> _Result:
         task.early_stopping, task.direction, task.segment_steps,
     )
     Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    earlier = _stored_reports(storage.get_trial(task.trial_id))
+    earlier, _, _ = grouped_attrs(storage.get_trial(task.trial_id))  # earlier segments' reports
     trial = Trial(
         task.number, dict(task.config), task.checkpoint_dir,
         cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link,
@@ -273,12 +273,6 @@ def _run_here(task: TrialTask) -> _Result:
     new = trial.reports[len(earlier):]
     result.steps = (new[0][0], new[-1][0]) if new else None
     return result
-
-
-def _stored_reports(trial: optuna.trial.FrozenTrial) -> list[tuple[int, dict[str, float]]]:
-    """The reports of earlier segments or attempts, by step."""
-    return [(int(key[len(REPORT_ATTR):]), value) for key, value in sorted(trial.user_attrs.items())
-            if key.startswith(REPORT_ATTR)]
 
 
 def _last_metrics(trial: Trial, returned: Any) -> dict[str, float]:
