@@ -173,10 +173,10 @@ class Controller:
         record_event(study._storage, chosen.trial_id, "resumed", None,
                      why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
-        params = study._storage.get_trial(chosen.trial_id).params
+        stored = study._storage.get_trial(chosen.trial_id)
         segment = chosen.segment_steps if self._policy else None
-        task = self._task(study, chosen.number, chosen.trial_id, params, segment)
-        before = (study._storage.get_trial(chosen.trial_id).user_attrs.get(RUN_ATTR) or {}).get("segment", -1)
+        task = self._task(study, chosen.number, chosen.trial_id, stored.params, segment)
+        before = (stored.user_attrs.get(RUN_ATTR) or {}).get("segment", -1)
         self._submit(chosen.number, chosen.trial_id, task, priority=True, segment_before=before)
 
     def _submit(self, number: int, trial_id: int, task: TrialTask, priority: bool = False,
@@ -186,10 +186,10 @@ class Controller:
         self._in_flight[number] = _InFlight(trial_id, handle, segment_before)
 
     def _waiting(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> Waiting:
+        """A suspended (or lost) trial as the policies see it, from its record in the store."""
         if TrialState.of(trial) is TrialState.RUNNING:  # lost: goes first
             return Waiting(trial.number, trial._trial_id, since=0.0, convergence=math.inf,
                            segment_steps=self.spec.scheduling.segment_steps)
-        """A suspended trial as the policies see it, from its record in the store."""
         maximize = self.spec.metric.direction == "maximize"
         losses = _segment_losses(trial, maximize)
         values = list(trial.intermediate_values.values())
