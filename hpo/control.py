@@ -192,8 +192,7 @@ class Controller:
                            segment_steps=self.spec.scheduling.segment_steps)
         maximize = self.spec.metric.direction == "maximize"
         losses = _segment_losses(trial, maximize)
-        values = list(trial.intermediate_values.values())
-        best = (max(values) if maximize else min(values)) if values else None
+        best = _best_reported(trial, maximize)
         sched = self.spec.scheduling
         last = losses[-1] if losses else []
         previous = losses[-2] if len(losses) > 1 else None
@@ -325,14 +324,19 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[lis
     return [seg for seg in losses if seg]
 
 
+def _best_reported(trial: optuna.trial.FrozenTrial, maximize: bool) -> float | None:
+    """The best metric value a trial has reported so far."""
+    values = trial.intermediate_values.values()
+    return (max(values) if maximize else min(values)) if values else None
+
+
 def _stop_suspended(study: optuna.Study, waiting: list[Waiting], stop: dict[str, Any]) -> None:
     """The study stopped: suspended trials end as STOPPED, with their best value so far."""
     storage = study._storage
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     for w in waiting:
         trial = storage.get_trial(w.trial_id)
-        values = list(trial.intermediate_values.values())
-        value = (max(values) if maximize else min(values)) if values else None
+        value = _best_reported(trial, maximize)
         reason = f"stopped: {stop.get('reason')}"
         record_event(storage, w.trial_id, "stopped", None, f"the study stopped while suspended ({reason})")
         run = dict(trial.user_attrs.get(RUN_ATTR) or {})

@@ -93,7 +93,7 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         # Re-executed by an engine retry after the result was already stored:
         # keep the first result, so a trial is counted once.
         return _outcome_of(stored)
-    run = _start_record(task, stored)
+    run = _start_record(storage, task, stored)
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
     while True:
         with _Heartbeat(storage, task.trial_id):
@@ -160,7 +160,7 @@ def _retry_record(storage: optuna.storages.BaseStorage, task: TrialTask, run: di
     record_event(storage, task.trial_id, "retried", None,
                  f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
                  f"{error.get('message')}); retrying from its checkpoint")
-    following = _start_record(task, storage.get_trial(task.trial_id), previous=run)
+    following = _start_record(storage, task, storage.get_trial(task.trial_id), previous=run)
     storage.set_trial_user_attr(task.trial_id, RUN_ATTR, following)
     return following
 
@@ -187,7 +187,8 @@ def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
     return TrialOutcome(trial.number, TrialState.of(trial), trial.value if trial.values else None)
 
 
-def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial,
+def _start_record(storage: optuna.storages.BaseStorage, task: TrialTask,
+                  stored: optuna.trial.FrozenTrial,
                   previous: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run record as this task starts: the next segment of a suspended
     trial, or a new attempt (the first, a retry, or one after a lost one)."""
@@ -195,7 +196,7 @@ def _start_record(task: TrialTask, stored: optuna.trial.FrozenTrial,
         previous = stored.user_attrs.get(RUN_ATTR) or {}
         if previous and not previous.get("suspended"):  # its worker or master died
             previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
-            record_event(open_storage(task.storage), task.trial_id, "retried", None,
+            record_event(storage, task.trial_id, "retried", None,
                          f"attempt {previous.get('attempt')} on {previous.get('host')} "
                          f"(pid {previous.get('pid')}) was lost with its worker or master; "
                          "running again from its checkpoint")
