@@ -63,8 +63,8 @@ import optuna  # noqa: E402
 
 import hpo  # noqa: E402
 from hpo.store import JOURNAL_FILE, RunDir  # noqa: E402
-from hpo.trial import TrialState  # noqa: E402
-from hpo.trial._state import RUN_ATTR  # noqa: E402
+from hpo.trial import TrialStatus  # noqa: E402
+from hpo.store.records import RUN_ATTR  # noqa: E402
 
 WORKERS = 3
 STEPS, STEP_S = 6, 0.15
@@ -242,19 +242,19 @@ def examine(run_dir: Path, algorithm: str) -> Outcome:
     complete = Counter()
     cancelled = set()
     for t in trials:
-        state = TrialState.of(t)
+        state = TrialStatus.of(t)
         record = hpo.TrialRecord.from_frozen(t)
         kinds = [e.get("kind") for e in record.events]
         if record.attempt > 1 or "retried" in kinds:
             out.retried_numbers.append(t.number)
         if "resumed" in kinds:
             out.resumed_numbers.append(t.number)
-        if state is TrialState.COMPLETE:
+        if state is TrialStatus.COMPLETE:
             complete[_key(t.params)] += 1
             out.results[_key(t.params)] = t.value
-        elif state is TrialState.CANCELLED:
+        elif state is TrialStatus.CANCELLED:
             cancelled.add(_key(t.params))
-        elif state in (TrialState.RUNNING, TrialState.PENDING, TrialState.SUSPENDED):
+        elif state in (TrialStatus.RUNNING, TrialStatus.PENDING, TrialStatus.SUSPENDED):
             out.unfinished.append(t.number)
         else:
             out.other_states[state.value] = out.other_states.get(state.value, 0) + 1
@@ -337,7 +337,7 @@ class Study:
 
     def show(self, started: float) -> int:
         """Update the status line; the number of COMPLETE trials."""
-        states = Counter(TrialState.of(t).value for t in trials_of(self.run_dir))
+        states = Counter(TrialStatus.of(t).value for t in trials_of(self.run_dir))
         done = states.get("COMPLETE", 0)
         self.status.show(
             f"[{self.label}] {done}/{self.spec['search']['max_trials']} complete | "
@@ -366,7 +366,7 @@ class Study:
 
 def running_trials(run_dir: Path, min_steps: int = 1) -> list[optuna.trial.FrozenTrial]:
     """Trials a worker is running now, with at least ``min_steps`` reports."""
-    return [t for t in trials_of(run_dir) if TrialState.of(t) is TrialState.RUNNING
+    return [t for t in trials_of(run_dir) if TrialStatus.of(t) is TrialStatus.RUNNING
             and len(t.intermediate_values) >= min_steps]
 
 

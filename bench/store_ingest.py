@@ -45,10 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
-from hpo.store import open_storage  # noqa: E402
-from hpo.trial import Trial  # noqa: E402
-from hpo.trial._handle import _StoreLink  # noqa: E402
-from hpo.trial._state import REPORT_ATTR  # noqa: E402
+from hpo.store import StudyStore, open_storage  # noqa: E402
+from hpo.store.records import REPORT_ATTR  # noqa: E402
+from hpo.trial import TrialTask, open_trial  # noqa: E402
 
 STUDY = "ingest"
 _TICK = 50  # reports between progress-counter updates
@@ -62,10 +61,11 @@ def metrics_of(number: int, step: int) -> dict[str, float]:
 # ------------------------------------------------------------ writers (child processes)
 
 
-def _hpo_writer(url: str, number: int, trial_id: int, study_id: int) -> Callable[[int], None]:
-    link = _StoreLink(storage=open_storage(url), study_name=STUDY, study_id=study_id,
-                      trial_id=trial_id, metric="value")
-    trial = Trial(number, {}, _link=link)
+def _hpo_writer(url: str, number: int, trial_id: int) -> Callable[[int], None]:
+    ckpt = tempfile.mkdtemp(prefix="hpo-ingest-")
+    trial = open_trial(TrialTask(storage=url, study_name=STUDY, trial_id=trial_id, number=number,
+                                 config={}, objective="none:none", metric="value",
+                                 checkpoint_dir=ckpt))
     return lambda step: trial.report(step, **metrics_of(number, step))
 
 
@@ -75,7 +75,7 @@ def _optuna_storage(url: str):
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
 
 
-def _optuna_writer(url: str, number: int, trial_id: int, study_id: int) -> Callable[[int], None]:
+def _optuna_writer(url: str, number: int, trial_id: int) -> Callable[[int], None]:
     trial = optuna.load_study(study_name=STUDY, storage=_optuna_storage(url)).ask()
     return lambda step: trial.report(metrics_of(number, step)["value"], step)
 
@@ -83,10 +83,10 @@ def _optuna_writer(url: str, number: int, trial_id: int, study_id: int) -> Calla
 _WRITERS = {"hpo": _hpo_writer, "optuna": _optuna_writer}
 
 
-def _writer(kind: str, url: str, number: int, trial_id: int, study_id: int, reports: int,
+def _writer(kind: str, url: str, number: int, trial_id: int, reports: int,
             ready, go, counter, error_file: str) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    report = _WRITERS[kind](url, number, trial_id, study_id)
+    report = _WRITERS[kind](url, number, trial_id)
     ready.release()
     if not go.wait(_START_TIMEOUT_S):
         raise SystemExit("never told to start")
@@ -124,11 +124,11 @@ def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Pa
     storage = open_storage(url) if kind == "hpo" else _optuna_storage(url)
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     # hpo: the master creates the trials; optuna: each process asks for its own.
-    trial_ids = [study.ask()._trial_id if kind == "hpo" else -1 for _ in range(procs)]
+    trial_ids = [StudyStore.trial_id(study.ask()) if kind == "hpo" else -1 for _ in range(procs)]
     ctx = mp.get_context("spawn")
     ready, go, counter = ctx.Semaphore(0), ctx.Event(), ctx.Value("q", 0)
     errors = [work / f"writer-{n}.error" for n in range(procs)]
-    writers = [ctx.Process(target=_writer, args=(kind, url, n, trial_ids[n], study._study_id,
+    writers = [ctx.Process(target=_writer, args=(kind, url, n, trial_ids[n],
                                                  reports, ready, go, counter, str(errors[n])))
                for n in range(procs)]
     for writer in writers:

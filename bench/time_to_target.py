@@ -49,7 +49,7 @@ import optuna  # noqa: E402
 from distributed import LocalCluster  # noqa: E402
 
 from hpo.store import RunDir  # noqa: E402
-from hpo.trial._state import RUN_ATTR  # noqa: E402
+from hpo.store.records import RUN_ATTR  # noqa: E402
 
 POLICIES = {
     "fifo": {},

@@ -23,10 +23,9 @@ from typing import Any
 
 import optuna
 
-from hpo.errors import UsageError
 from hpo.results import StudyResult, TrialRecord, record_fields
-from hpo.store import RunDir
-from hpo.trial._state import RUN_ATTR, STOP_ATTR, grouped_attrs
+from hpo.store import RunDir, StudyStore
+from hpo.store.records import grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
 
@@ -48,7 +47,7 @@ class TrialView(TrialRecord):
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
         reports, events, segments = grouped_attrs(trial)
-        run = trial.user_attrs.get(RUN_ATTR) or {}
+        run = run_of(trial)
         gpus = run.get("gpus")
         return cls(
             **record_fields(trial, len(reports), events, segments),
@@ -122,10 +121,9 @@ class StoreReader:
         self.run_dir = RunDir(Path(run_dir))
         info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
         self.spec: dict[str, Any] = info.get("spec") or {}
-        self.url = self.run_dir.storage_url()
+        self._files = self.run_dir.store_files()
         with gc_paused():
-            self._storage = _open_read_only(self.url, self.run_dir.path)
-        self._study_id = _study_id(self._storage, self.spec.get("name"), self.run_dir.path)
+            self._store = self.run_dir.open_store(read_only=True)
         self._lock = threading.Lock()
         self._views: dict[int, tuple[optuna.trial.FrozenTrial, TrialView]] = {}
         self._snapshot: Snapshot | None = None
@@ -133,10 +131,9 @@ class StoreReader:
 
     def signature(self) -> tuple:
         """Changes whenever the store may have changed (size and mtime of its files)."""
-        files = _store_files(self.url)
-        if not files:  # a database server: no cheap change test, re-read every time
+        if not self._files:  # a database server: no cheap change test, re-read every time
             return ("now", time.time())
-        return tuple((f, s.st_size, s.st_mtime_ns) for f in files if (s := _stat(f)) is not None)
+        return tuple((f, s.st_size, s.st_mtime_ns) for f in self._files if (s := _stat(f)) is not None)
 
     def snapshot(self) -> Snapshot:
         """The current snapshot; the cached one when the store has not changed."""
@@ -153,31 +150,27 @@ class StoreReader:
             return self._snapshot
 
     def _read(self) -> Snapshot:
-        storage, study_id = self._storage, self._study_id
-        frozen = storage.get_all_trials(study_id, deepcopy=False)
-        views = [self._view(t) for t in frozen]
-        directions = storage.get_study_directions(study_id)
-        spec = self.spec
+        store, spec = self._store, self.spec
+        views = [self._view(t) for t in store.trials()]
         return Snapshot(
             run_dir=str(self.run_dir.path), name=spec.get("name", self.run_dir.path.name),
             metric=(spec.get("metric") or {}).get("name", "value"),
-            direction="maximize" if directions[0] == optuna.study.StudyDirection.MAXIMIZE
-            else "minimize",
+            direction="maximize" if store.maximize else "minimize",
             trials=tuple(views), taken_at=time.time(),
             slots=(spec.get("search") or {}).get("parallel"),
-            stop=storage.get_study_user_attrs(study_id).get(STOP_ATTR),
-            version=_version(views), spec=spec,
+            stop=store.stop(), version=_version(views), spec=spec,
         )
 
     def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:
         # The journal replaces a trial's object when the trial changes, and a
         # trial seen finished never changes again (Optuna refuses updates):
         # either way the view built then is still right.
-        cached = self._views.get(trial._trial_id)
+        trial_id = StudyStore.trial_id(trial)
+        cached = self._views.get(trial_id)
         if cached is not None and (cached[0] is trial or cached[0].state.is_finished()):
             return cached[1]
         view = TrialView.from_frozen(trial)
-        self._views[trial._trial_id] = (trial, view)
+        self._views[trial_id] = (trial, view)
         return view
 
 
@@ -204,47 +197,6 @@ def gc_paused():
 def load_snapshot(run_dir: str | Path) -> Snapshot:
     """One snapshot of ``run_dir`` (for the report and tests)."""
     return StoreReader(run_dir).snapshot()
-
-
-def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
-    """Open the storage without creating or changing anything."""
-    if "://" not in url:
-        if not os.path.isfile(url):
-            # Optuna's journal backend would create an empty file: refuse instead.
-            raise UsageError(
-                f"{place}: the study's journal {url} is missing.\n"
-                "  fix: pass a run directory whose study has started (hpo run SPACE.json)")
-        # The lock is only taken to append; reading never touches it.
-        backend = optuna.storages.journal.JournalFileBackend(url)
-        return optuna.storages.JournalStorage(backend)
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        if not os.path.isfile(path):
-            raise UsageError(f"{place}: the study's database {path} is missing.\n"
-                             "  fix: pass a run directory whose study has started")
-        # SQLite's read-only mode: even a bug here could not write to the store.
-        url = f"sqlite:///file:{path}?mode=ro&uri=true"
-    return optuna.storages.RDBStorage(url, skip_compatibility_check=True,
-                                      skip_table_creation=True)
-
-
-def _study_id(storage: optuna.storages.BaseStorage, name: str | None, place: Path) -> int:
-    try:
-        return storage.get_study_id_from_name(name)
-    except KeyError:
-        raise UsageError(
-            f"{place}: the store holds no study named {name!r} yet.\n"
-            "  fix: wait until `hpo run` has created it, or pass the right run directory"
-        ) from None
-
-
-def _store_files(url: str) -> list[str]:
-    if "://" not in url:
-        return [url]
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        return [path, path + "-wal"]
-    return []
 
 
 def _stat(path: str) -> os.stat_result | None:

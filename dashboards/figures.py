@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.style import STATE_COLOURS, base_layout, message_figure, plain, short
-from hpo.trial._state import TrialState
+from hpo.store.records import TrialStatus
 
 __all__ = ["history", "parallel", "importance", "curves", "MIN_IMPORTANCE_TRIALS"]
 
@@ -34,7 +34,7 @@ MIN_IMPORTANCE_TRIALS = 20
 
 def completed(snap: Snapshot) -> list[TrialView]:
     """Completed trials with a value, best first."""
-    return [t for t in snap.ranked if t.state is TrialState.COMPLETE and t.value is not None]
+    return [t for t in snap.ranked if t.state is TrialStatus.COMPLETE and t.value is not None]
 
 
 def spread(items: Sequence[Any], limit: int, keep: Sequence[Any] = ()) -> list[Any]:
@@ -67,8 +67,8 @@ def history(snap: Snapshot) -> go.Figure:
         x=numbers, y=values, mode="markers", name="completed trial",
         marker={"size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6},
         hovertemplate="trial %{x}<br>%{y:.6g}<extra></extra>"))
-    for state in (TrialState.PRUNED, getattr(TrialState, "STOPPED", None)):
-        early = [t for t in snap.trials if state and t.state is state and t.value is not None]
+    for state in (TrialStatus.PRUNED, TrialStatus.STOPPED):
+        early = [t for t in snap.trials if t.state is state and t.value is not None]
         if early:
             word = state.value.lower()
             fig.add_trace(go.Scattergl(

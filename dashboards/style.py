@@ -7,26 +7,23 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from hpo.trial._state import TrialState
+from hpo.store.records import RETRIED, TrialStatus
 
 __all__ = ["STATE_COLOURS", "RETRIED", "plain", "short", "message_figure", "base_layout"]
 
+# One colour per status, and one for earlier attempts (failed or lost, retried).
 STATE_COLOURS = {
-    TrialState.COMPLETE.value: "#2ca02c",
-    TrialState.PRUNED.value: "#ff7f0e",
-    TrialState.FAILED.value: "#d62728",
-    TrialState.TIMEOUT.value: "#9467bd",
-    TrialState.CANCELLED.value: "#7f7f7f",
-    TrialState.RUNNING.value: "#1f77b4",
-    TrialState.SUSPENDED.value: "#17becf",
-    TrialState.PENDING.value: "#c7c7c7",
+    TrialStatus.COMPLETE.value: "#2ca02c",
+    TrialStatus.PRUNED.value: "#ff7f0e",
+    TrialStatus.STOPPED.value: "#bcbd22",
+    TrialStatus.FAILED.value: "#d62728",
+    TrialStatus.TIMEOUT.value: "#9467bd",
+    TrialStatus.CANCELLED.value: "#7f7f7f",
+    TrialStatus.RUNNING.value: "#1f77b4",
+    TrialStatus.SUSPENDED.value: "#17becf",
+    TrialStatus.PENDING.value: "#c7c7c7",
+    RETRIED: "#8c564b",
 }
-# States added to the vocabulary later get a colour too.
-STATE_COLOURS.update({s.value: c for s, c in zip(
-    [s for s in TrialState if s.value not in STATE_COLOURS], ["#bcbd22", "#e377c2", "#aec7e8"])})
-# An earlier attempt of a trial, lost to an infrastructure fault and retried.
-RETRIED = "retried attempt"
-STATE_COLOURS[RETRIED] = "#8c564b"
 
 
 def short(value: Any, limit: int) -> str:

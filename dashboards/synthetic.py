@@ -24,7 +24,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages.journal import BaseJournalBackend
 
-from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR
+from hpo.store.records import (
+    EVENT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus, event_key, event_record, report_key, segment_key,
+)
 
 __all__ = ["write_study", "SPACE"]
 
@@ -122,9 +124,10 @@ def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float,
     previous = []
     if rng.random() < 0.02:  # an earlier attempt lost to an infrastructure fault
         lost = t + rng.uniform(10, 60)
-        previous.append({"host": f"node{(slot + 1) % hosts:03d}", "pid": pid + 1, "started_at": t,
-                         "ended_at": lost, "error": {"type": "WorkerLost",
-                                                      "message": "worker died"}})
+        previous.append({"attempt": 1, "host": f"node{(slot + 1) % hosts:03d}", "pid": pid + 1,
+                         "started_at": t, "ended_at": lost,
+                         "error": {"type": "Lost", "message": "worker died"},
+                         "core_seconds": 4 * (lost - t), "gpu_seconds": lost - t})
         t = lost + 1.0
     started = t
     segmented = rng.random() < 0.05 and state == "COMPLETE"
@@ -132,35 +135,38 @@ def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float,
     for step in range(done_steps):
         value = final - 0.3 * math.exp(-0.5 * step) + rng.gauss(0, 0.003)
         intermediate[step] = value
-        attrs[f"{REPORT_ATTR}{step:06d}"] = {"val_accuracy": value, "loss": 1.0 - value}
+        attrs[report_key(step)] = {"val_accuracy": value, "loss": 1.0 - value}
     ended = started + done_steps * step_s
     if segmented:  # suspended half-way, resumed later on the same worker
         half = done_steps // 2
         pause = rng.uniform(30, 120)
         cut = started + half * step_s
         ended += pause
-        attrs[f"{SEGMENT_ATTR}000000"] = _segment(0, host, pid, started, cut, 0, half - 1, "suspended")
-        attrs[f"{SEGMENT_ATTR}000001"] = _segment(1, host, pid, cut + pause, ended, half,
-                                                  done_steps - 1, "complete")
-        attrs[f"{EVENT_ATTR}{int(cut * 1e9)}-1"] = _event(cut, "suspended", half - 1, host)
-        attrs[f"{EVENT_ATTR}{int((cut + pause) * 1e9)}-1"] = _event(cut + pause, "resumed", half, host)
+        attrs[segment_key(0)] = _segment(0, host, pid, started, cut, 0, half - 1, "SUSPENDED")
+        attrs[segment_key(1)] = _segment(1, host, pid, cut + pause, ended, half,
+                                         done_steps - 1, "COMPLETE")
+        attrs[event_key(int(cut * 1e9), 1)] = _event(cut, "suspended", half - 1, host)
+        attrs[event_key(int((cut + pause) * 1e9), 1)] = _event(cut + pause, "resumed", half, host)
     if state == "PRUNED":
-        attrs[f"{EVENT_ATTR}{int(ended * 1e9)}-1"] = _event(ended, "pruned", done_steps - 1, host)
+        attrs[event_key(int(ended * 1e9), 1)] = _event(ended, "pruned", done_steps - 1, host)
     run: dict[str, Any] = {"host": host, "pid": pid, "attempt": len(previous) + 1,
-                           "started_at": started, "cpus": 4, "gpus": ["0"], "previous": previous}
+                           "started_at": previous[0]["started_at"] if previous else started,
+                           "attempt_started_at": started, "segment_started_at": started,
+                           "cpus": 4, "gpus": ["0"], "previous": previous}
+    # As the worker keeps them: every attempt's cost, earlier ones included.
+    retried = sum(p["gpu_seconds"] for p in previous)
+    run.update(duration_s=retried, core_seconds=4 * retried, gpu_seconds=retried)
     if not running:
         duration = ended - started
         error = ({"type": "RuntimeError", "message": "CUDA out of memory"} if state == "FAILED"
                  else {"type": "TimeLimit", "message": "exceeded time_limit_s"}
                  if state == "TIMEOUT" else None)
-        run.update(ended_at=ended, duration_s=duration, core_seconds=4 * duration,
-                   gpu_seconds=duration, metrics=attrs.get(f"{REPORT_ATTR}{done_steps - 1:06d}"),
+        run.update(ended_at=ended, duration_s=duration + retried,
+                   core_seconds=4 * (duration + retried), gpu_seconds=duration + retried,
+                   metrics=attrs.get(report_key(done_steps - 1)),
                    error=error, timed_out=state == "TIMEOUT")
     attrs[RUN_ATTR] = run
-    optuna_state = {"COMPLETE": optuna.trial.TrialState.COMPLETE,
-                    "PRUNED": optuna.trial.TrialState.PRUNED,
-                    "RUNNING": optuna.trial.TrialState.RUNNING}.get(state,
-                                                                     optuna.trial.TrialState.FAIL)
+    optuna_state = TrialStatus(state).stored_as
     value = intermediate.get(done_steps - 1) if state in ("COMPLETE", "PRUNED") else None
     frozen = optuna.trial.create_trial(
         state=optuna_state, value=value, params=params, distributions=distributions,
@@ -176,13 +182,13 @@ def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.Fro
     attrs = {}
     for key, value in trial.user_attrs.items():
         if key == RUN_ATTR:
-            value = move(value, "started_at", "ended_at")
+            value = move(value, "started_at", "ended_at", "attempt_started_at", "segment_started_at")
             value["previous"] = [move(p, "started_at", "ended_at") for p in value["previous"]]
         elif key.startswith(SEGMENT_ATTR):
             value = move(value, "started_at", "ended_at")
         elif key.startswith(EVENT_ATTR):
             value = move(value, "time")
-            key = f"{EVENT_ATTR}{int(value['time'] * 1e9)}-1"
+            key = event_key(int(value["time"] * 1e9), 1)
         attrs[key] = value
     trial.user_attrs = attrs
     run = attrs[RUN_ATTR]
@@ -199,4 +205,4 @@ def _segment(index: int, host: str, pid: int, start: float, end: float, first: i
 
 
 def _event(time: float, kind: str, step: int, host: str) -> dict[str, Any]:
-    return {"time": time, "kind": kind, "step": step, "reason": f"synthetic {kind}", "host": host}
+    return event_record(kind, step, f"synthetic {kind}", host, now=time)

@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, worker_label
 from hpo.dashboards.style import RETRIED, STATE_COLOURS, base_layout, message_figure, plain
-from hpo.trial._state import TrialState
+from hpo.store.records import TrialStatus, study_cost
 
 __all__ = ["Intervals", "intervals", "timeline", "utilisation", "cost"]
 
@@ -28,9 +28,9 @@ MAX_BARS = 2500
 TIME_BINS = 240
 UTILISATION_BINS = 600
 # Segment outcomes are state values; a few other words map onto them.
-_OUTCOMES = {**{s.value: s.value for s in TrialState}, "COMPLETED": "COMPLETE",
+_OUTCOMES = {**{s.value: s.value for s in TrialStatus}, "COMPLETED": "COMPLETE",
              "INTERRUPTED": "CANCELLED"}
-_LIVE = (TrialState.RUNNING, TrialState.SUSPENDED)
+_LIVE = (TrialStatus.RUNNING, TrialStatus.SUSPENDED)
 
 
 class Intervals(NamedTuple):
@@ -39,7 +39,7 @@ class Intervals(NamedTuple):
     start: np.ndarray  # epoch seconds
     end: np.ndarray
     row: list[str]  # the worker: host:pid, or the worker's name
-    kind: list[str]  # a TrialState value, or RETRIED
+    kind: list[str]  # a TrialStatus value, or RETRIED
     trial: np.ndarray  # trial number
     cpus: np.ndarray
     gpus: np.ndarray
@@ -65,7 +65,7 @@ def intervals(snap: Snapshot) -> Intervals:
                 outcome = _OUTCOMES.get(str(seg.get("outcome") or "").upper(), t.state.value)
                 stop = seg.get("ended_at")
                 if stop is None and t.state in _LIVE:
-                    stop, outcome = now, TrialState.RUNNING.value
+                    stop, outcome = now, TrialStatus.RUNNING.value
                 add(seg.get("started_at"), stop,
                     worker_label(seg.get("host"), seg.get("pid"), seg.get("worker")), outcome, t)
         else:
@@ -215,26 +215,10 @@ def utilisation(snap: Snapshot) -> go.Figure:
 @functools.lru_cache(maxsize=4)
 def cost(snap: Snapshot) -> dict[str, Any]:
     """Core- and GPU-hours in all and by outcome; running trials count so far."""
-    core: dict[str, float] = {}
-    gpu: dict[str, float] = {}
-    for t in snap.trials:
-        if t.state in _LIVE and t.started_at is not None and t.ended_at is None:
-            seconds = max(snap.taken_at - t.started_at, 0.0)
-            c, g = seconds * t.cpus, seconds * t.gpus
-        else:
-            c, g = t.core_seconds, t.gpu_seconds
-        core[t.state.value] = core.get(t.state.value, 0.0) + c / 3600
-        gpu[t.state.value] = gpu.get(t.state.value, 0.0) + g / 3600
-        for p in t.previous:
-            if isinstance(p.get("started_at"), (int, float)) and isinstance(p.get("ended_at"), (int, float)):
-                seconds = max(p["ended_at"] - p["started_at"], 0.0)
-                core[RETRIED] = core.get(RETRIED, 0.0) + seconds * t.cpus / 3600
-                gpu[RETRIED] = gpu.get(RETRIED, 0.0) + seconds * t.gpus / 3600
-    order = [s.value for s in TrialState] + [RETRIED]
-    core_by = {k: core.get(k, 0.0) for k in order}
-    gpu_by = {k: gpu.get(k, 0.0) for k in order}
+    spent = study_cost(((t.state, t.cost) for t in snap.trials), now=snap.taken_at)
+    core_by, gpu_by = spent.core_hours_by, spent.gpu_hours_by
     failed = ("FAILED", "TIMEOUT")
-    return {"core_hours": sum(core_by.values()), "gpu_hours": sum(gpu_by.values()),
+    return {"core_hours": spent.core_hours, "gpu_hours": spent.gpu_hours,
             "pruned_core_hours": core_by["PRUNED"],
             "failed_core_hours": sum(core_by[k] for k in failed),
             "retried_core_hours": core_by[RETRIED],

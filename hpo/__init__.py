@@ -12,10 +12,11 @@ from hpo.api import run
 from hpo.errors import EngineError, SpaceError, UsageError
 from hpo.results import StudyResult, TrialRecord
 from hpo.space import StudySpec, load_spec, parse_spec
-from hpo.trial import Trial, TrialState
+from hpo.store import TrialStatus
+from hpo.trial import Trial, TrialState  # noqa: F401 - TrialStatus's former name
 
 __all__ = [
-    "run", "Trial", "TrialState", "StudyResult", "TrialRecord", "StudySpec",
+    "run", "Trial", "TrialStatus", "StudyResult", "TrialRecord", "StudySpec",
     "load_spec", "parse_spec", "UsageError", "SpaceError", "EngineError",
 ]
 __version__ = "0.1.0"

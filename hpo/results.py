@@ -12,8 +12,10 @@ from typing import Any
 
 import optuna
 
-from hpo.store import RunDir
-from hpo.trial._state import ENDED_BY_ATTR, RUN_ATTR, STOP_ATTR, TrialState, grouped_attrs
+from hpo.store import RunDir, StudyStore
+from hpo.store.records import (
+    ENDED_BY_ATTR, Cost, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
+)
 
 __all__ = ["TrialRecord", "StudyResult", "record_fields"]
 
@@ -23,7 +25,7 @@ class TrialRecord:
     """One trial as stored: configuration, outcome, where it ran and what it cost."""
 
     number: int
-    state: TrialState
+    state: TrialStatus
     value: float | None
     params: dict[str, Any]
     metrics: dict[str, float] = field(default_factory=dict)
@@ -32,7 +34,7 @@ class TrialRecord:
     started_at: float | None = None
     ended_at: float | None = None
     duration_s: float | None = None
-    core_seconds: float = 0.0
+    core_seconds: float = 0.0  # every attempt; see cost for the parts
     gpu_seconds: float = 0.0
     steps: int = 0
     error: str | None = None
@@ -40,6 +42,7 @@ class TrialRecord:
     # in time order; see EVENT_ATTR and SEGMENT_ATTR.
     events: list[dict[str, Any]] = field(default_factory=list)
     segments: list[dict[str, Any]] = field(default_factory=list)
+    cost: Cost = field(default_factory=Cost, compare=False, repr=False)
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
@@ -49,21 +52,24 @@ class TrialRecord:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["state"] = self.state.value
+        del data["cost"]  # core_seconds and gpu_seconds say it
         return data
 
 
 def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict[str, Any]],
                   segments: list[dict[str, Any]]) -> dict[str, Any]:
     """The :class:`TrialRecord` fields of a stored trial."""
-    run = trial.user_attrs.get(RUN_ATTR) or {}
+    run = run_of(trial)
+    cost = cost_of(trial)
     return dict(
-        number=trial.number, state=TrialState.of(trial),
+        number=trial.number, state=status_of(trial),
         value=trial.value if trial.values else None, params=dict(trial.params),
         metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
         started_at=run.get("started_at"), ended_at=run.get("ended_at"),
-        duration_s=run.get("duration_s"), core_seconds=run.get("core_seconds") or 0.0,
-        gpu_seconds=run.get("gpu_seconds") or 0.0, steps=steps,
+        duration_s=run.get("duration_s"), core_seconds=cost.core_seconds,
+        gpu_seconds=cost.gpu_seconds, steps=steps,
         error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)), events=events, segments=segments,
+        cost=cost,
     )
 
 
@@ -89,43 +95,40 @@ class StudyResult:
     stop: dict[str, Any] | None = None
 
     @classmethod
-    def from_study(cls, study: optuna.Study, metric: str) -> "StudyResult":
-        trials = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)]
-        direction = "maximize" if study.direction == optuna.study.StudyDirection.MAXIMIZE else "minimize"
-        stop = study.user_attrs.get(STOP_ATTR)
-        return cls(study.study_name, metric, direction, trials, stop)
+    def from_store(cls, store: StudyStore, metric: str) -> "StudyResult":
+        trials = [TrialRecord.from_frozen(t) for t in store.trials()]
+        direction = "maximize" if store.maximize else "minimize"
+        return cls(store.name, metric, direction, trials, store.stop())
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "StudyResult":
         """Read the results of the study in ``run_dir``."""
         run = RunDir(Path(run_dir))
-        return cls.from_study(run.load_study(), run.read()["spec"]["metric"]["name"])
+        return cls.from_store(run.open_store(), run.read()["spec"]["metric"]["name"])
 
     @property
     def best(self) -> TrialRecord | None:
         ranked = self.ranked()
-        return ranked[0] if ranked and ranked[0].state is TrialState.COMPLETE else None
+        return ranked[0] if ranked and ranked[0].state is TrialStatus.COMPLETE else None
 
     def ranked(self) -> list[TrialRecord]:
         """Completed trials best first, then the others by number."""
         sign = -1.0 if self.direction == "maximize" else 1.0
-        complete = [t for t in self.trials if t.state is TrialState.COMPLETE]
-        others = [t for t in self.trials if t.state is not TrialState.COMPLETE]
+        complete = [t for t in self.trials if t.state is TrialStatus.COMPLETE]
+        others = [t for t in self.trials if t.state is not TrialStatus.COMPLETE]
         return sorted(complete, key=lambda t: (sign * t.value, t.number)) + others
 
     @property
     def counts(self) -> dict[str, int]:
-        counts = {state.value: 0 for state in TrialState}
+        counts = {state.value: 0 for state in TrialStatus}
         for trial in self.trials:
             counts[trial.state.value] += 1
         return counts
 
     @property
     def cost(self) -> dict[str, float]:
-        return {
-            "core_hours": sum(t.core_seconds for t in self.trials) / 3600,
-            "gpu_hours": sum(t.gpu_seconds for t in self.trials) / 3600,
-        }
+        spent = study_cost((t.state, t.cost) for t in self.trials)
+        return {"core_hours": spent.core_hours, "gpu_hours": spent.gpu_hours}
 
     def summary(self) -> dict[str, Any]:
         """What ``hpo status --json`` prints."""

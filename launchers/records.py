@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from hpo.store import write_atomically
 
 __all__ = ["JOBS_FILE", "append_job", "read_jobs"]
 
@@ -25,8 +26,5 @@ def append_job(run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Add one submission (stamped with the time) and write the file atomically."""
     record = {**record, "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     jobs = [*read_jobs(run_dir), record]
-    path = Path(run_dir) / JOBS_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(jobs, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomically(Path(run_dir) / JOBS_FILE, json.dumps(jobs, indent=2) + "\n")
     return record

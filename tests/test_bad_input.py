@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import hpo
-from hpo.trial import TrialState
-from hpo.trial._state import RUN_ATTR
+from hpo.trial import TrialStatus
+from hpo.store.records import RUN_ATTR
 from test_cli import ok, run
 from test_e2e import stored_trials
 
@@ -119,11 +119,11 @@ def test_failing_objectives_are_recorded_and_the_study_goes_on(dask_address, tmp
     by_mode = {t.params["mode"]: t for t in result.trials}
     assert sorted(by_mode) == sorted(MODES)
     expected = {
-        "raise": (TrialState.FAILED, "ValueError: bad batch in trial"),
-        "hang": (TrialState.TIMEOUT, f"TimeLimit: exceeded time_limit_s={TIME_LIMIT_S}"),
-        "nan": (TrialState.FAILED, "NonFiniteValue: objective returned nan"),
-        "inf": (TrialState.FAILED, "NonFiniteValue: objective returned -inf"),
-        "text": (TrialState.FAILED, "BadReturnValue: objective returned 'accuracy 0.9'"),
+        "raise": (TrialStatus.FAILED, "ValueError: bad batch in trial"),
+        "hang": (TrialStatus.TIMEOUT, f"TimeLimit: exceeded time_limit_s={TIME_LIMIT_S}"),
+        "nan": (TrialStatus.FAILED, "NonFiniteValue: objective returned nan"),
+        "inf": (TrialStatus.FAILED, "NonFiniteValue: objective returned -inf"),
+        "text": (TrialStatus.FAILED, "BadReturnValue: objective returned 'accuracy 0.9'"),
     }
     for mode, (state, reason) in expected.items():
         trial = by_mode[mode]
@@ -131,7 +131,7 @@ def test_failing_objectives_are_recorded_and_the_study_goes_on(dask_address, tmp
         assert trial.error and trial.error.startswith(reason), (mode, trial.error)
     for n in (1, 2, 3):
         trial = by_mode[f"ok-{n}"]
-        assert trial.state is TrialState.COMPLETE and trial.value == n and trial.error is None
+        assert trial.state is TrialStatus.COMPLETE and trial.value == n and trial.error is None
     assert result.best.params == {"mode": "ok-3"}
     assert result.counts["COMPLETE"] == 3 and result.counts["FAILED"] == 4
     assert result.counts["TIMEOUT"] == 1

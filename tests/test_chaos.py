@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 import hpo
-from hpo.trial import TrialState
+from hpo.trial import TrialStatus
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -68,9 +68,9 @@ def test_killed_workers_and_master_lose_nothing(cluster, tmp_path, algorithm):
     assert outcome.completed == 30 and not outcome.unfinished and not outcome.other_states
     assert outcome.equal
     result = hpo.StudyResult.load(outcome.run_dir)
-    complete = [t for t in result.trials if t.state is TrialState.COMPLETE]
+    complete = [t for t in result.trials if t.state is TrialStatus.COMPLETE]
     assert len({chaos._key(t.params) for t in complete}) == 30
-    assert {t.state for t in result.trials} <= {TrialState.COMPLETE, TrialState.CANCELLED}
+    assert {t.state for t in result.trials} <= {TrialStatus.COMPLETE, TrialStatus.CANCELLED}
 
     # The worker killed under a running master: Dask ran its trial again
     # elsewhere, as a new attempt of the same trial, without the master.
@@ -117,12 +117,12 @@ def test_resumed_random_search_proposes_what_an_uninterrupted_one_would(handed_o
 
 def _asks(spec, runs: list[int]) -> list[str]:
     """Configurations proposed by consecutive runs (a new searcher each) on one store."""
-    from hpo.search import open_search
+    from hpo.search import create_study, open_search
 
     storage = optuna.storages.InMemoryStorage()
     proposed = []
     for n in runs:
-        searcher = open_search(spec, storage)
+        searcher = open_search(spec, create_study(spec, storage))
         proposed += [chaos._key(searcher.ask().params) for _ in range(n)]
     return proposed
 

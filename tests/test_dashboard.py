@@ -27,7 +27,8 @@ from hpo.dashboards.data import StoreReader, load_snapshot
 from hpo.dashboards.report import build_report
 from hpo.dashboards.synthetic import write_study
 from hpo.dashboards.views import VIEWS, summary
-from hpo.trial._state import RUN_ATTR
+from hpo.store import RunDir, StudyStore
+from hpo.store.records import RUN_ATTR
 from conftest import ROOT, toy_space
 
 XSS = "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>"
@@ -117,11 +118,12 @@ def test_a_running_trial_is_shown_finished_once_it_finishes(grid, tmp_path):
         str(run_dir / "journal.log")))
     study = optuna.load_study(study_name="grid", storage=storage)
     trial = study.ask()
-    storage.set_trial_user_attr(trial._trial_id, RUN_ATTR, {"host": "h", "pid": 1, "started_at": 1.0})
-    assert reader.snapshot().trials[-1].state is hpo.TrialState.RUNNING
+    storage.set_trial_user_attr(StudyStore.trial_id(trial), RUN_ATTR,
+                                {"host": "h", "pid": 1, "started_at": 1.0})
+    assert reader.snapshot().trials[-1].state is hpo.TrialStatus.RUNNING
     study.tell(trial, -3.0)
     last = reader.snapshot().trials[-1]
-    assert last.state is hpo.TrialState.COMPLETE and last.value == -3.0
+    assert last.state is hpo.TrialStatus.COMPLETE and last.value == -3.0
 
 
 def test_missing_or_wrong_run_directories_are_usage_errors(tmp_path):
@@ -190,7 +192,7 @@ def test_an_empty_study_draws_messages_not_errors(tmp_path):
 
 def test_learning_curves_mark_pruned_trials_where_they_were_pruned(pruned):
     snap = load_snapshot(pruned)
-    were_pruned = [t for t in snap.trials if t.state is hpo.TrialState.PRUNED]
+    were_pruned = [t for t in snap.trials if t.state is hpo.TrialStatus.PRUNED]
     assert were_pruned and all(e["kind"] == "pruned" for t in were_pruned for e in t.events)
     fig = figures.curves(snap)
     marks = next(t for t in fig.data if t.name == "pruned here")
@@ -229,13 +231,15 @@ def test_busy_time_per_bin_is_exact():
 def test_cost_adds_up_recorded_running_and_retried_hours(synthetic):
     snap = load_snapshot(synthetic)
     spent = timeline.cost(snap)
-    finished = sum(t.core_seconds for t in snap.trials if t.ended_at is not None)
+    # core_seconds holds every attempt; earlier attempts are counted once, as retried.
+    recorded = sum(t.core_seconds for t in snap.trials)
     running = sum((snap.taken_at - t.started_at) * t.cpus for t in snap.trials if t.ended_at is None)
     retried = sum((p["ended_at"] - p["started_at"]) * t.cpus for t in snap.trials for p in t.previous)
-    assert spent["core_hours"] == pytest.approx((finished + running + retried) / 3600)
+    assert spent["core_hours"] == pytest.approx((recorded + running) / 3600)
     assert spent["retried_core_hours"] == pytest.approx(retried / 3600) and retried > 0
     assert spent["pruned_core_hours"] == pytest.approx(sum(
-        t.core_seconds for t in snap.trials if t.state is hpo.TrialState.PRUNED) / 3600)
+        t.core_seconds - t.cost.retried_core_seconds for t in snap.trials
+        if t.state is hpo.TrialStatus.PRUNED) / 3600)
     assert spent["gpu_hours"] > 0
     fig = timeline.utilisation(snap)
     assert f"{spent['core_hours']:.2f} core-hours" in fig.layout.title.text
@@ -310,7 +314,7 @@ def test_dashboard_refuses_a_bad_port(grid):
 
 def test_the_run_record_carries_what_the_views_read(grid):
     # The fields the timeline and cost views rely on, as the trial wrapper writes them.
-    frozen = StoreReader(grid)._storage.get_all_trials(0, deepcopy=False)[0]
+    frozen = RunDir(grid).open_store(read_only=True).trials()[0]
     run = frozen.user_attrs[RUN_ATTR]
     assert {"host", "pid", "cpus", "gpus", "started_at", "ended_at", "core_seconds",
             "previous"} <= set(run)

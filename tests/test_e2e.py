@@ -10,7 +10,7 @@ import pytest
 
 import hpo
 from hpo.store import RunDir
-from hpo.trial._state import REPORT_ATTR, RUN_ATTR
+from hpo.store.records import REPORT_ATTR, RUN_ATTR
 from conftest import ROOT, toy_space
 
 
@@ -55,7 +55,7 @@ def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):
     assert len(result.trials) < 8  # no new trials after the stop
     slow = next(t for t in stored_trials(tmp_path / "target") if t.number == 0)
     # Stopped at its next report, and recorded as stopped (with its value), not failed.
-    assert hpo.TrialState.of(slow) is hpo.TrialState.STOPPED and len(slow.intermediate_values) < 40
+    assert hpo.TrialStatus.of(slow) is hpo.TrialStatus.STOPPED and len(slow.intermediate_values) < 40
     assert slow.value == slow.intermediate_values[max(slow.intermediate_values)]
     assert slow.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
 
@@ -67,7 +67,7 @@ def test_wall_clock_budget_stops_running_trials(dask_address, tmp_path):
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
     assert time.monotonic() - began < 20
     assert result.stop["reason"] == "timeout_s"
-    ran = [t for t in result.trials if t.state is hpo.TrialState.STOPPED]
+    ran = [t for t in result.trials if t.state is hpo.TrialStatus.STOPPED]
     assert len(ran) == 2 and all(t.duration_s < 20 for t in ran)
     assert all(e["kind"] == "stopped" and "timeout_s" in e["reason"] for t in ran for e in t.events)
 
@@ -96,7 +96,7 @@ def test_trials_left_running_by_a_dead_master_are_run_again(dask_address, tmp_pa
     assert result.counts["COMPLETE"] == 8 and result.counts["CANCELLED"] == 1
     cancelled = next(t for t in result.trials if t.number == orphan.number)
     assert cancelled.error.startswith("interrupted")
-    assert any(t.params == {"x": 3, "y": 0} and t.state is hpo.TrialState.COMPLETE
+    assert any(t.params == {"x": 3, "y": 0} and t.state is hpo.TrialStatus.COMPLETE
                for t in result.trials)
 
 

@@ -8,9 +8,9 @@ import pytest
 
 import hpo
 from hpo.scheduling import ConvergenceAware, RoundRobin, Waiting, convergence, segment_steps
-from hpo.store import open_storage
-from hpo.trial import TrialState, TrialTask, run_trial
-from hpo.trial._state import EVENT_ATTR, SEGMENT_ATTR
+from hpo.store import StudyStore, open_storage
+from hpo.trial import TrialStatus, TrialTask, run_trial
+from hpo.store.records import EVENT_ATTR, SEGMENT_ATTR
 from conftest import toy_space
 
 
@@ -37,8 +37,8 @@ def test_each_pruner_stops_clearly_worse_curves_on_dask(dask_address, tmp_path, 
                       early_stopping={"pruner": pruner, "min_steps": 1}, space={"quality": qualities})
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
     by_quality = {t.params["quality"]: t for t in result.trials}
-    assert by_quality[1.0].state is TrialState.COMPLETE and by_quality[1.0].steps == 9
-    pruned = [q for q in worse if by_quality[q].state is TrialState.PRUNED]
+    assert by_quality[1.0].state is TrialStatus.COMPLETE and by_quality[1.0].steps == 9
+    pruned = [q for q in worse if by_quality[q].state is TrialStatus.PRUNED]
     assert len(pruned) >= (1 if pruner == "hyperband" else len(worse))
     for quality in pruned:
         trial = by_quality[quality]
@@ -55,7 +55,7 @@ def test_patience_stops_a_trial_that_no_longer_improves(dask_address, tmp_path):
                       early_stopping={"patience": 2, "min_delta": 0.01}, space={"quality": [1.0]})
     (trial,) = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path,
                        progress=False).trials
-    assert trial.state is TrialState.COMPLETE  # an ordinary end of training
+    assert trial.state is TrialStatus.COMPLETE  # an ordinary end of training
     assert 4 <= trial.steps < 10
     (event,) = trial.events
     assert event["kind"] == "stopped" and event["reason"].startswith("patience")
@@ -71,7 +71,7 @@ def test_target_stop_reaches_running_trials_under_compss(compss, tmp_path, monke
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
     assert result.stop["reason"] == "target"
     slow = next(t for t in result.trials if t.params["steps"] == 60)
-    assert slow.state is TrialState.STOPPED and slow.steps < 60 and slow.value is not None
+    assert slow.state is TrialStatus.STOPPED and slow.steps < 60 and slow.value is not None
     assert [e["kind"] for e in slow.events] == ["stopped"]
     assert "target reached by trial" in slow.events[0]["reason"]
 
@@ -84,8 +84,8 @@ def segment_task(tmp_path, objective: str, config: dict, segment: int | None, na
     url = str(tmp_path / f"{name}.log")
     study = optuna.create_study(study_name=name, storage=open_storage(url), direction=direction)
     trial = study.ask()
-    return TrialTask(storage=url, study_name=name, study_id=study._study_id,
-                     trial_id=trial._trial_id, number=trial.number, config=config,
+    return TrialTask(storage=url, study_name=name,
+                     trial_id=StudyStore.trial_id(trial), number=trial.number, config=config,
                      objective=objective, metric=metric, direction=direction,
                      checkpoint_dir=str(tmp_path / name / "ckpt"), segment_steps=segment)
 
@@ -94,7 +94,7 @@ def run_in_segments(task: TrialTask) -> optuna.trial.FrozenTrial:
     """Run a trial's segments one after another, as a scheduler would."""
     for _ in range(50):
         outcome = run_trial(task)
-        if outcome.state is not TrialState.SUSPENDED:
+        if outcome.state is not TrialStatus.SUSPENDED:
             return open_storage(task.storage).get_trial(task.trial_id)
     raise AssertionError("the trial never finished")
 
@@ -142,7 +142,7 @@ def test_policy_chooses_which_suspended_trial_goes_on(dask_address, tmp_path, po
                       scheduling={"policy": policy, "segment_steps": 2},
                       space={"rate": [0.05, 0.8, 0.2]})
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
-    assert all(t.state is TrialState.COMPLETE and t.steps == 6 for t in result.trials)
+    assert all(t.state is TrialStatus.COMPLETE and t.steps == 6 for t in result.trials)
     resumed = sorted((e["time"], t.params["rate"], e["reason"])
                      for t in result.trials for e in t.events if e["kind"] == "resumed")
     assert resumed[0][1] == first_resumed
@@ -160,9 +160,9 @@ def test_target_stop_ends_suspended_trials_as_stopped(dask_address, tmp_path):
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
     assert result.stop["reason"] == "target"
     (fast,) = [t for t in result.trials if t.params == {"rate": 1.5, "steps": 4}]
-    assert fast.state is TrialState.COMPLETE and fast.steps == 4
+    assert fast.state is TrialStatus.COMPLETE and fast.steps == 4
     for other in (t for t in result.trials if t is not fast):
-        assert other.state is TrialState.STOPPED and other.steps < other.params["steps"]
+        assert other.state is TrialStatus.STOPPED and other.steps < other.params["steps"]
         assert other.value is not None and other.events[-1]["kind"] == "stopped"
 
 
@@ -206,7 +206,7 @@ def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_pa
                       search={"parallel": 1}, scheduling={"policy": "convergence", "segment_steps": 2},
                       space={"rate": [0.1, 0.9]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
-    assert all(t.state is TrialState.COMPLETE and len(t.segments) == 2 for t in result.trials)
+    assert all(t.state is TrialStatus.COMPLETE and len(t.segments) == 2 for t in result.trials)
     assert compss.declared["compss_trial_first"]["task"]["priority"] is True
     calls = [(s["function"], s["priority"]) for s in compss.submitted]
     # Two first segments as ordinary tasks, then the two resumed ones prioritised.
@@ -218,7 +218,7 @@ def test_objective_that_restarts_instead_of_resuming_still_ends(tmp_path):
     space = toy_space("restarts", fixed={"steps": 6}, search={"parallel": 1},
                       scheduling={"policy": "round_robin", "segment_steps": 3}, space={"x": [1, 2]})
     result = hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
-    assert all(t.state is TrialState.COMPLETE and t.steps == 6 for t in result.trials)
+    assert all(t.state is TrialStatus.COMPLETE and t.steps == 6 for t in result.trials)
     for trial in result.trials:
         kinds = [e["kind"] for e in trial.events]
         assert kinds == ["suspended", "resumed", "unresumable"]

@@ -8,8 +8,8 @@ import pytest
 
 import hpo
 from hpo.engines import default_engine_name
-from hpo.engines._compss import CompssEngine
-from hpo.trial._state import RUN_ATTR
+from hpo.engines import CompssEngine
+from hpo.store.records import RUN_ATTR
 from conftest import toy_space
 
 _ENV = ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S")
@@ -84,8 +84,3 @@ def test_compss_engine_without_pycompss_is_a_clear_error(tmp_path):
         hpo.run(toy_space("nocompss"), engine="compss", runs_dir=tmp_path, progress=False)
     assert not (tmp_path / "nocompss").exists()  # rejected before anything was created
 
-
-def test_workers_and_scheduler_together_are_refused(tmp_path):
-    with pytest.raises(hpo.UsageError, match="--workers"):
-        hpo.run(toy_space("both"), engine="dask", scheduler="tcp://127.0.0.1:1", workers=2,
-                runs_dir=tmp_path, progress=False)

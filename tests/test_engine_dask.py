@@ -11,10 +11,10 @@ import time
 import pytest
 
 import hpo
-from hpo.engines._dask import DaskEngine
+from hpo.engines import DaskEngine
 from hpo.errors import EngineError
 from hpo.results import StudyResult
-from hpo.trial._state import RUN_ATTR
+from hpo.store.records import RUN_ATTR
 from conftest import ROOT, toy_space
 
 
@@ -132,3 +132,9 @@ def test_embedded_cluster_without_enough_gpus_refuses_gpu_studies(tmp_path, monk
     with pytest.raises(EngineError, match="shows 1"):
         hpo.run(toy_space("nogpu", resources={"gpus": 2}), engine="dask", runs_dir=tmp_path,
                 progress=False)
+
+
+def test_workers_and_scheduler_together_are_refused(tmp_path):
+    with pytest.raises(hpo.UsageError, match="--workers"):
+        hpo.run(toy_space("both"), engine="dask", scheduler="tcp://127.0.0.1:1", workers=2,
+                runs_dir=tmp_path, progress=False)

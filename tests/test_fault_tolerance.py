@@ -7,31 +7,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
 import hpo
-from hpo.trial import TrialState
-from conftest import ROOT, toy_space
+from hpo.trial import TrialStatus
+from conftest import ROOT, toy_space, wait_for
 
 
 def complete(run_dir) -> list[hpo.TrialRecord]:
     try:
-        return [t for t in hpo.StudyResult.load(run_dir).trials if t.state is TrialState.COMPLETE]
+        return [t for t in hpo.StudyResult.load(run_dir).trials if t.state is TrialStatus.COMPLETE]
     except (hpo.UsageError, KeyError, ValueError):
         return []  # not created yet
-
-
-def wait_for(condition, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def reported_steps(trial: hpo.TrialRecord, run_dir) -> list[int]:
@@ -42,7 +31,7 @@ def reported_steps(trial: hpo.TrialRecord, run_dir) -> list[int]:
 # ----------------------------------------------------------- user failures
 
 
-@pytest.mark.parametrize("retries, state", [(1, TrialState.COMPLETE), (0, TrialState.FAILED)])
+@pytest.mark.parametrize("retries, state", [(1, TrialStatus.COMPLETE), (0, TrialStatus.FAILED)])
 def test_failing_objective_is_retried_from_its_checkpoint(tmp_path, retries, state):
     space = toy_space("flaky", "hpo.examples.toy:flaky", retries=retries,
                       fixed={"steps": 5}, space={"fail_at": [2]})
@@ -81,7 +70,7 @@ def test_trial_on_a_killed_worker_runs_again_elsewhere_and_counts_once(tmp_path)
         os.kill(pid, signal.SIGKILL)  # the worker process dies mid-trial
         assert study.wait(timeout=120) == 0
     (trial,) = hpo.StudyResult.load(run_dir).trials  # counted once
-    assert trial.state is TrialState.COMPLETE and trial.attempt == 2
+    assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
     assert [e["kind"] for e in trial.events] == ["retried"] and str(pid) in trial.events[0]["reason"]
     assert reported_steps(trial, run_dir) == list(range(12))  # resumed, not restarted
 
@@ -124,7 +113,7 @@ def test_killed_master_resumes_with_the_same_command(tmp_path):
     interrupted = _mid_trial(run_dir)
     subprocess.run(command, env=ENV, check=True, timeout=120, stdout=subprocess.DEVNULL)
     result = hpo.StudyResult.load(run_dir)
-    done = {t.number: t for t in result.trials if t.state is TrialState.COMPLETE}
+    done = {t.number: t for t in result.trials if t.state is TrialStatus.COMPLETE}
     # Every configuration once; the finished ones kept; the lost one resumed as itself.
     assert sorted(t.params["quality"] for t in done.values()) == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     assert all(done[n].value == v for n, v in before.items())
@@ -154,7 +143,7 @@ def test_signal_suspends_running_trials_and_the_next_run_resumes_them(tmp_path, 
     master.send_signal(signum)
     _, stderr = master.communicate(timeout=60)
     assert master.returncode == 128 + signum and "letting 2 running trials checkpoint" in stderr
-    suspended = [t for t in hpo.StudyResult.load(run_dir).trials if t.state is TrialState.SUSPENDED]
+    suspended = [t for t in hpo.StudyResult.load(run_dir).trials if t.state is TrialStatus.SUSPENDED]
     assert len(suspended) == 2
     for trial in suspended:
         (event,) = trial.events
@@ -163,7 +152,7 @@ def test_signal_suspends_running_trials_and_the_next_run_resumes_them(tmp_path, 
     result = hpo.StudyResult.load(run_dir)
     # The queued third trial was cancelled by the stop and its configuration run again.
     assert sorted(t.params["quality"] for t in result.trials
-                  if t.state is TrialState.COMPLETE) == [0.8, 0.9, 1.0]
+                  if t.state is TrialStatus.COMPLETE) == [0.8, 0.9, 1.0]
     assert result.counts["COMPLETE"] + result.counts["CANCELLED"] == len(result.trials)
     for trial in (t for t in result.trials if t.number in {s.number for s in suspended}):
         assert trial.attempt == 1  # the same attempt went on: a resumption, not a retry

@@ -38,12 +38,12 @@ def test_interrupted_study_resumes_with_the_same_command(tmp_path, signum, code)
     gone, alive = psutil.wait_procs(workers, timeout=30)
     assert alive == []  # the cluster was shut down, nothing orphaned
     before = {t.number: t.value for t in hpo.StudyResult.load(run_dir).trials
-              if t.state is hpo.TrialState.COMPLETE}
+              if t.state is hpo.TrialStatus.COMPLETE}
 
     resumed = subprocess.run(command + ["--quiet"], env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     result = hpo.StudyResult.load(run_dir)
-    complete = {t.number: t.value for t in result.trials if t.state is hpo.TrialState.COMPLETE}
+    complete = {t.number: t.value for t in result.trials if t.state is hpo.TrialStatus.COMPLETE}
     assert len(complete) == 10 and all(complete[n] == v for n, v in before.items())
     assert sorted(complete.values()) == [float(x) for x in range(10)]  # each config once
 

@@ -76,4 +76,4 @@ def test_study_in_postgresql_from_two_worker_processes(postgres_url, dask_addres
     assert result.counts["COMPLETE"] == 8 and result.best.params == {"x": 2, "y": -1}
     again = hpo.StudyResult.load(tmp_path / "pg")  # study.json points at the database
     assert again.counts == result.counts
-    assert {t.host for t in again.trials} and all(t.steps == 3 for t in again.trials)
+    assert all(t.host for t in again.trials) and all(t.steps == 3 for t in again.trials)

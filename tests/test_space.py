@@ -15,8 +15,8 @@ from hpo.space import (
     FloatParam,
     Grid,
     IntParam,
+    Retries,
     SpaceError,
-    StudySpec,
     load_spec,
     parse_spec,
 )
@@ -100,7 +100,7 @@ def test_full_form_fields_and_round_trip():
     spec = parse_spec(FULL)
     assert spec.metric.direction == "minimize" and spec.metric.target == 0.1
     assert spec.search.timeout_s == 3600.0 and spec.resources.memory_gb == 8.0
-    assert (spec.retries, spec.early_stopping.min_steps) == (2, 2)
+    assert (spec.retries, spec.early_stopping.min_steps) == (Retries(objective=2, engine=2), 2)
     assert list(spec.params) == sorted(FULL["space"])
     assert spec.grid_size is None and spec.max_trials == 30
     data = spec.to_dict()
@@ -115,7 +115,7 @@ def test_defaults_are_filled():
     assert spec.objective == "hpo.examples.keras_mnist:train"
     assert (spec.metric.name, spec.metric.direction, spec.metric.target) == ("val_accuracy", "maximize", None)
     assert (spec.search.algorithm, spec.search.sampler, spec.search.parallel) == ("grid", None, None)
-    assert (spec.resources.cpus, spec.resources.gpus, spec.retries) == (1, 0, 0)
+    assert (spec.resources.cpus, spec.resources.gpus, spec.retries) == (1, 0, Retries(0, 0))
     assert spec.early_stopping.pruner == "none" and spec.fixed == {}
     assert parse_spec(full({"x": [1]}, search={"algorithm": "bayesian"})).search.sampler == "tpe"
 
@@ -261,6 +261,8 @@ BAD = [
     ({**space(x=[1]), "resources": {"gpus": -1}}, "$.resources.gpus", [">= 0"]),
     ({**space(x=[1]), "resources": {"cpus": 0}}, "$.resources.cpus", [">= 1"]),
     ({**space(x=[1]), "retries": True}, "$.retries", ["integer", "True"]),
+    ({**space(x=[1]), "retries": {"engine": -1}}, "$.retries.engine", [">= 0"]),
+    ({**space(x=[1]), "retries": {"objectives": 1}}, "$.retries.objectives", ['"objective"']),
     ({**space(x=[1]), "early_stopping": {"pruner": "hyper"}}, "$.early_stopping.pruner", ['"hyperband"']),
     ({**space(x=[1]), "name": "../evil"}, "$.name", ["directory name"]),
     ({**space(x=[1]), "name": ""}, "$.name", ["name"]),
@@ -378,6 +380,7 @@ def test_describe():
 
 def test_spec_is_a_frozen_value():
     spec = parse_spec(MNIST)
-    assert isinstance(spec, StudySpec)
     with pytest.raises(AttributeError):
         spec.name = "other"
+    changed = spec.with_overrides(max_trials=3)
+    assert changed.max_trials == 3 and spec.max_trials == parse_spec(MNIST).max_trials != 3

@@ -2,9 +2,9 @@
 
 ``PROCS`` separate OS processes (multiprocessing, spawn) each own one trial that
 the master created beforehand, and report steps 0..N-1 with two metrics through
-the path user code takes on a worker: ``hpo.store.open_storage`` and a
-store-backed ``hpo.trial.Trial`` (``Trial.report`` -> ``_StoreLink.report``:
-an intermediate value plus a ``hpo:report:NNNNNN`` attribute per step). All
+the path user code takes on a worker: the store-backed ``hpo.trial.Trial``
+that ``hpo.trial.open_trial`` gives the objective (``Trial.report``: an
+intermediate value plus a ``hpo:report:NNNNNN`` attribute per step). All
 start writing at the same instant; meanwhile this process polls the study as
 the master does. Then the store is checked from outside:
 
@@ -39,10 +39,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from hpo.store import open_storage
-from hpo.trial import Trial
-from hpo.trial._handle import _StoreLink
-from hpo.trial._state import REPORT_ATTR
+from hpo.store import StudyStore, open_storage
+from hpo.trial import TrialTask, open_trial
+from hpo.store.records import REPORT_ATTR
 
 PROCS = 8
 FULL = 2000
@@ -60,15 +59,15 @@ def expected_metrics(number: int, step: int) -> dict[str, float]:
     return {METRIC: number * 100_000 + step + 0.375, "loss": 1.0 / (3 * step + number + 1)}
 
 
-def _writer(url: str, study_id: int, trial_id: int, number: int, reports: int,
+def _writer(url: str, trial_id: int, number: int, reports: int,
             ready, go, result_file: str) -> None:
     """One worker process: report steps 0..reports-1 of its trial, as a trial task would."""
     done, error = 0, None
     try:
-        storage = open_storage(url)
-        link = _StoreLink(storage=storage, study_name=STUDY, study_id=study_id,
-                          trial_id=trial_id, metric=METRIC)
-        trial = Trial(number, {"writer": number}, _link=link)
+        task = TrialTask(storage=url, study_name=STUDY, trial_id=trial_id, number=number,
+                         config={"writer": number}, objective="none:none", metric=METRIC,
+                         checkpoint_dir=str(Path(result_file).with_suffix(".ckpt")))
+        trial = open_trial(task)
         ready.release()
         if not go.wait(_START_TIMEOUT_S):
             raise TimeoutError("never told to start")
@@ -122,7 +121,7 @@ def _run_writers(url: str, reports: int, tmp: Path) -> tuple[list[optuna.Trial],
     ready, go = ctx.Semaphore(0), ctx.Event()
     writers = [
         ctx.Process(target=_writer, name=f"writer-{t.number}", args=(
-            url, study._study_id, t._trial_id, t.number, reports, ready, go,
+            url, StudyStore.trial_id(t), t.number, reports, ready, go,
             str(tmp / f"writer-{t.number}.json")))
         for t in created
     ]
@@ -135,7 +134,7 @@ def _run_writers(url: str, reports: int, tmp: Path) -> tuple[list[optuna.Trial],
         go.set()
         deadline = time.monotonic() + _RUN_TIMEOUT_S
         while any(w.is_alive() for w in writers) and time.monotonic() < deadline:
-            for trial in storage.get_all_trials(study._study_id, deepcopy=False):
+            for trial in StudyStore.of(study).trials():
                 _check_prefix(trial, reports, seen)
             snapshots += 1
             time.sleep(0.5)
@@ -169,18 +168,16 @@ def _fresh_dump(url: str, tmp: Path) -> dict:
 
 def _check_journal_file(path: Path, trial_ids: dict[int, int], reports: int) -> None:
     """Every line whole JSON; each report written exactly once."""
-    from optuna.storages.journal._storage import JournalOperation as Op
-
     raw = path.read_bytes()
     assert raw.endswith(b"\n")
     writes: Counter = Counter()
     for line in raw.splitlines():
         log = json.loads(line)  # a torn or interleaved line fails here
-        if log["op_code"] == Op.SET_TRIAL_INTERMEDIATE_VALUE:
+        if "intermediate_value" in log:
             writes[("value", log["trial_id"], log["step"])] += 1
             assert log["intermediate_value"] == \
                 expected_metrics(trial_ids[log["trial_id"]], log["step"])[METRIC]
-        elif log["op_code"] == Op.SET_TRIAL_USER_ATTR:
+        elif "user_attr" in log:
             (key, value), = log["user_attr"].items()
             step = int(key.removeprefix(REPORT_ATTR))
             writes[("report", log["trial_id"], step)] += 1
@@ -225,7 +222,7 @@ def test_concurrent_writers_lose_nothing(tmp_path, store):
         assert trial["reports"] == {
             f"{REPORT_ATTR}{s:06d}": expected_metrics(number, s) for s in range(reports)}
 
-    trial_ids = {t._trial_id: t.number for t in created}
+    trial_ids = {StudyStore.trial_id(t): t.number for t in created}
     if store == "journal":
         _check_journal_file(path, trial_ids, reports)
     else:

@@ -9,9 +9,10 @@ import time
 import optuna
 import pytest
 
-from hpo.store import open_storage
-from hpo.trial import Trial, TrialState, TrialTask, run_trial
-from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, RUN_ATTR, STOP_ATTR
+from hpo.pruning import median_pruner
+from hpo.store import StudyStore, open_storage
+from hpo.trial import Trial, TrialStatus, TrialTask, run_trial
+from hpo.store.records import EVENT_ATTR, REPORT_ATTR, RUN_ATTR
 
 
 def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
@@ -19,8 +20,8 @@ def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
     study = optuna.create_study(study_name="s", storage=open_storage(url), direction="maximize",
                                 load_if_exists=True)
     trial = study.ask()
-    return TrialTask(storage=url, study_name="s", study_id=study._study_id,
-                     trial_id=trial._trial_id, number=trial.number, config=config or {},
+    return TrialTask(storage=url, study_name="s",
+                     trial_id=StudyStore.trial_id(trial), number=trial.number, config=config or {},
                      objective=objective, metric="value",
                      checkpoint_dir=str(tmp_path / "trials" / str(trial.number)), **settings)
 
@@ -36,7 +37,7 @@ def test_complete_trial_is_recorded_durably(tmp_path):
     outcome = run_trial(task)
     stored = fresh(task)
     run = stored.user_attrs[RUN_ATTR]
-    assert outcome.state is TrialState.COMPLETE and outcome.value == pytest.approx(0.0)
+    assert outcome.state is TrialStatus.COMPLETE and outcome.value == pytest.approx(0.0)
     assert stored.state == optuna.trial.TrialState.COMPLETE and stored.value == pytest.approx(0.0)
     assert stored.intermediate_values == {0: -0.75, 1: -0.5, 2: -0.25, 3: 0.0}
     assert stored.user_attrs[f"{REPORT_ATTR}000002"] == {"value": -0.25}
@@ -48,10 +49,10 @@ def test_complete_trial_is_recorded_durably(tmp_path):
 
 
 @pytest.mark.parametrize("objective, config, state, error_type, words", [
-    ("hpo.examples.toy:fail", {"fail": True}, TrialState.FAILED, "RuntimeError", "boom"),
-    ("hpo.examples.toy:nan", {}, TrialState.FAILED, "NonFiniteValue", "nan"),
-    ("hpo.examples.toy:sleep", {"sleep_s": 0}, TrialState.COMPLETE, None, None),
-    ("hpo.examples.sklearn_digits:no_such_function", {}, TrialState.FAILED, "SpaceError", "no callable"),
+    ("hpo.examples.toy:fail", {"fail": True}, TrialStatus.FAILED, "RuntimeError", "boom"),
+    ("hpo.examples.toy:nan", {}, TrialStatus.FAILED, "NonFiniteValue", "nan"),
+    ("hpo.examples.toy:sleep", {"sleep_s": 0}, TrialStatus.COMPLETE, None, None),
+    ("hpo.examples.sklearn_digits:no_such_function", {}, TrialStatus.FAILED, "SpaceError", "no callable"),
 ])
 def test_user_errors_become_failed_records(tmp_path, objective, config, state, error_type, words):
     task = make_task(tmp_path, objective, config)
@@ -66,11 +67,11 @@ def test_user_errors_become_failed_records(tmp_path, objective, config, state, e
 
 def test_wrong_return_values_fail_with_the_reason(tmp_path):
     task = make_task(tmp_path, lambda config, trial: {"accuracy": 0.9})
-    assert run_trial(task).state is TrialState.FAILED
+    assert run_trial(task).state is TrialStatus.FAILED
     error = fresh(task).user_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "'value'" in error["message"]
     task = make_task(tmp_path, lambda config, trial: "good")
-    assert run_trial(task).state is TrialState.FAILED
+    assert run_trial(task).state is TrialStatus.FAILED
 
 
 def test_time_limit_kills_the_trial_and_records_timeout(tmp_path):
@@ -79,14 +80,14 @@ def test_time_limit_kills_the_trial_and_records_timeout(tmp_path):
     began = time.monotonic()
     outcome = run_trial(task)
     run = fresh(task).user_attrs[RUN_ATTR]
-    assert outcome.state is TrialState.TIMEOUT and time.monotonic() - began < 30
+    assert outcome.state is TrialStatus.TIMEOUT and time.monotonic() - began < 30
     assert run["timed_out"] and run["error"]["type"] == "TimeLimit"
 
 
 def test_isolated_trial_reports_from_its_own_process(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 1, "y": -1}, isolate=True)
     outcome = run_trial(task)
-    assert outcome.state is TrialState.COMPLETE and outcome.value == pytest.approx(-1.0)
+    assert outcome.state is TrialStatus.COMPLETE and outcome.value == pytest.approx(-1.0)
     assert len(fresh(task).intermediate_values) == 3
 
 
@@ -108,11 +109,11 @@ def test_attempt_after_a_lost_worker_keeps_the_history(tmp_path):
 
 def test_should_stop_sees_the_study_stop(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 0, "steps": 50})
-    open_storage(task.storage).set_study_user_attr(task.study_id, STOP_ATTR, {"reason": "target"})
+    task.open_store().set_stop({"reason": "target"})
     run_trial(task)
     stored = fresh(task)
     assert len(stored.intermediate_values) == 1  # stopped at its first report
-    assert TrialState.of(stored) is TrialState.STOPPED  # not failed: it has its value
+    assert TrialStatus.of(stored) is TrialStatus.STOPPED  # not failed: it has its value
     assert stored.value == stored.intermediate_values[0]
     assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
     events = [v for k, v in stored.user_attrs.items() if k.startswith(EVENT_ATTR)]
@@ -120,13 +121,13 @@ def test_should_stop_sees_the_study_stop(tmp_path):
 
 
 def test_median_pruner_prunes_a_clearly_worse_curve(tmp_path):
-    pruning = {"pruner": "median", "min_steps": 0}
+    pruning = {"pruner": median_pruner(min_steps=0)}
     for x in (2, 2):
         run_trial(make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": x, "y": -1, "steps": 6},
-                            early_stopping=pruning))
+                            **pruning))
     bad = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": -20, "y": -1, "steps": 6},
-                    early_stopping=pruning)
-    assert run_trial(bad).state is TrialState.PRUNED
+                    **pruning)
+    assert run_trial(bad).state is TrialStatus.PRUNED
     stored = fresh(bad)
     assert len(stored.intermediate_values) == 1
     assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "pruned"
@@ -145,6 +146,6 @@ def test_report_rejects_wrong_types_precisely():
 def test_isolated_trial_returning_something_unpicklable_fails_clearly(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0}, isolate=True)
     task = TrialTask(**{**task.__dict__, "objective": lambda config, trial: (lambda: 1)})
-    assert run_trial(task).state is TrialState.FAILED
+    assert run_trial(task).state is TrialStatus.FAILED
     error = fresh(task).user_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "lambda" in error["message"]

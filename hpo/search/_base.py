@@ -9,7 +9,8 @@ from typing import Any
 
 import optuna
 
-from hpo.trial._state import TrialState
+from hpo.store import StudyStore
+from hpo.store.records import TrialStatus, status_of
 
 __all__ = ["Proposal", "Searcher", "ProposalSampler"]
 
@@ -61,6 +62,7 @@ class Searcher(abc.ABC):
     def __init__(self, study: optuna.Study, distributions: dict[str, optuna.distributions.BaseDistribution]):
         self.study = study
         self.distributions = distributions
+        self._store = StudyStore.of(study)
         study.sampler.propose = self._propose
         self._seen = {_key(t.params) for t in study.get_trials(deepcopy=False) if _counts(t)}
 
@@ -70,20 +72,12 @@ class Searcher(abc.ABC):
             return None
         if self.adaptive:
             trial = self.study.ask(fixed_distributions=self.distributions)
-            trial_id, number, params = trial._trial_id, trial.number, dict(trial.params)
+            trial_id, number, params = StudyStore.trial_id(trial), trial.number, dict(trial.params)
         else:
             params = self._propose(self.study, None)
-            trial_id, number = self._store(params)
+            trial_id, number = self._store.create_trial(params, self.distributions)
         self._seen.add(_key(params))
         return Proposal(trial_id, number, params)
-
-    def _store(self, params: dict[str, Any]) -> tuple[int, int]:
-        template = optuna.trial.create_trial(
-            state=optuna.trial.TrialState.RUNNING, params=params, distributions=self.distributions,
-        )
-        storage = self.study._storage
-        trial_id = storage.create_new_trial(self.study._study_id, template_trial=template)
-        return trial_id, storage.get_trial_number_from_id(trial_id)
 
     @abc.abstractmethod
     def _exhausted(self) -> bool:
@@ -104,4 +98,4 @@ def _key(params: dict[str, Any]) -> tuple:
 
 def _counts(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether a stored trial used up its configuration (cancelled ones did not)."""
-    return TrialState.of(trial) is not TrialState.CANCELLED
+    return status_of(trial) is not TrialStatus.CANCELLED

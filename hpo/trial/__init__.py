@@ -1,8 +1,12 @@
 """Trials: the handle objectives receive and the task engines run."""
 
+from hpo.store.records import TrialStatus
 from hpo.trial._handle import Trial
-from hpo.trial._objective import resolve_objective
-from hpo.trial._state import TrialState
-from hpo.trial._task import TrialOutcome, TrialTask, run_trial
+from hpo.trial._objective import Objective, reference_of, resolve_objective
+from hpo.trial._task import TrialOutcome, TrialTask, heartbeat_s, open_trial, run_trial
 
-__all__ = ["Trial", "TrialState", "TrialTask", "TrialOutcome", "run_trial", "resolve_objective"]
+# The name used before TrialStatus; kept for scripts written against it.
+TrialState = TrialStatus
+
+__all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
+           "open_trial", "resolve_objective", "reference_of", "Objective", "heartbeat_s"]

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
 import pickle
-import socket
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Real
@@ -15,8 +12,7 @@ from typing import Any
 
 import optuna
 
-from hpo.pruning import make_pruner
-from hpo.trial._state import EVENT_ATTR, REPORT_ATTR, STOP_ATTR
+from hpo.store import StudyStore, write_atomically
 
 __all__ = ["Trial"]
 
@@ -29,12 +25,11 @@ class _StoreLink:
     so the dashboard (and a user reading the store) can see why a trial stopped.
     """
 
-    storage: optuna.storages.BaseStorage
-    study_name: str
-    study_id: int
+    store: StudyStore
     trial_id: int
     metric: str
     early_stopping: dict[str, Any] | None = None
+    pruner: optuna.pruners.BasePruner | None = None
     direction: str = "maximize"
     # Reports this run may make before the trial is suspended (segmented
     # scheduling); None: run to the end.
@@ -51,15 +46,13 @@ class _StoreLink:
             self.record("unresumable", step, f"started again at step {step} after step "
                         f"{earlier_last} instead of resuming; runs to its end in this segment "
                         "(resume from trial.load_checkpoint() or trial.next_step)")
-        if self.metric in metrics:
-            self.storage.set_trial_intermediate_value(self.trial_id, step, metrics[self.metric])
-        self.storage.set_trial_user_attr(self.trial_id, f"{REPORT_ATTR}{step:06d}", metrics)
+        self.store.report(self.trial_id, step, metrics, self.metric)
         self._reported += 1
 
     def stop_reason(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
         step = reports[-1][0] if reports else None
-        stop = self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
+        stop = self.store.stop()
         if stop and stop.get("resume"):  # the master is leaving; the next run goes on
             self.record("suspended", step, f"the master was asked to stop ({stop['reason']}); "
                         "checkpointed, resumes on the next run")
@@ -67,7 +60,7 @@ class _StoreLink:
         if stop:
             self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
             return f"stopped: {stop['reason']}"
-        if self._pruner and self._pruner.prune(self._study, self.storage.get_trial(self.trial_id)):
+        if self.pruner and self.pruner.prune(self._study, self.store.trial(self.trial_id)):
             self.record("pruned", step, self._why_pruned(reports))
             return "pruned"
         stalled = self._stalled(reports)
@@ -80,7 +73,7 @@ class _StoreLink:
         return None
 
     def record(self, kind: str, step: int | None, reason: str) -> None:
-        record_event(self.storage, self.trial_id, kind, step, reason)
+        self.store.record_event(self.trial_id, kind, step, reason)
 
     def _stalled(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """Why the trial should stop for lack of progress, if it should."""
@@ -97,7 +90,7 @@ class _StoreLink:
                 f"by more than {delta:g} in {patience} reports")
 
     def _why_pruned(self, reports: list[tuple[int, dict[str, float]]]) -> str:
-        name = (self.early_stopping or {}).get("pruner")
+        name = (self.early_stopping or {}).get("pruner") or type(self.pruner).__name__
         step, metrics = reports[-1] if reports else (None, {})
         value = metrics.get(self.metric)
         shown = "no value" if value is None else f"{value:.4g}"
@@ -105,20 +98,8 @@ class _StoreLink:
                 f"against the other trials' curves in the store")
 
     @cached_property
-    def _pruner(self) -> optuna.pruners.BasePruner | None:
-        return make_pruner(self.early_stopping)
-
-    @cached_property
     def _study(self) -> optuna.Study:
-        return optuna.Study(self.study_name, self.storage, pruner=self._pruner)
-
-
-def record_event(storage: optuna.storages.BaseStorage, trial_id: int, kind: str,
-                 step: int | None, reason: str) -> None:
-    """Write one decision on a trial (see EVENT_ATTR); the master and workers both do."""
-    event = {"time": time.time(), "kind": kind, "step": step, "reason": reason,
-             "host": socket.gethostname()}
-    storage.set_trial_user_attr(trial_id, f"{EVENT_ATTR}{time.time_ns():020d}-{os.getpid()}", event)
+        return self.store.study(pruner=self.pruner)
 
 
 def _describe_stop(stop: dict[str, Any]) -> str:
@@ -221,9 +202,7 @@ class Trial:
         """Pickle ``state`` into ``checkpoint_dir``, atomically (a crash leaves the old one)."""
         path = self._checkpoint_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        partial.write_bytes(pickle.dumps(state))
-        os.replace(partial, path)
+        write_atomically(path, pickle.dumps(state))
 
     def load_checkpoint(self, name: str = "state.pkl") -> Any:
         """What ``save_checkpoint`` saved last, or None for a fresh trial."""

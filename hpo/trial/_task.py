@@ -19,19 +19,25 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from hpo.store import open_storage
-from hpo.trial._handle import Trial, _StoreLink, record_event
+from hpo.store import RunDir, StudyStore, open_storage
+from hpo.store.records import (
+    RunRecord, TrialStatus, end_run, grouped_attrs, last_sign_of_life, run_of,
+    segment_key, segment_record, start_run, status_of,
+)
+from hpo.trial._handle import Trial, _StoreLink
 from hpo.trial._objective import Objective, resolve_objective
-from hpo.trial._state import HEARTBEAT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialState, grouped_attrs
 
-__all__ = ["TrialTask", "TrialOutcome", "run_trial"]
+if TYPE_CHECKING:
+    from hpo.space import StudySpec
+
+__all__ = ["TrialTask", "TrialOutcome", "run_trial", "open_trial"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,6 @@ class TrialTask:
 
     storage: str
     study_name: str
-    study_id: int
     trial_id: int
     number: int
     config: dict[str, Any]
@@ -50,17 +55,50 @@ class TrialTask:
     cpus: int = 1
     gpus: int = 0
     time_limit_s: float | None = None
+    # The space's early_stopping settings (pruner name, patience...).
     early_stopping: dict[str, Any] | None = None
+    pruner: optuna.pruners.BasePruner | None = None
     direction: str = "maximize"
     # Reports this task may make before the trial is suspended, checkpointed,
     # to resume in a later task (segmented scheduling); None: run to the end.
     segment_steps: int | None = None
-    # The study's ``retries``: how many more times a failing objective runs.
+    # The trial's last segment index when this task was made (-1: none): the
+    # task is over once the trial finishes or suspends after a later segment.
+    after_segment: int = -1
+    # How many more times a failing objective runs (the study's objective retries).
     retries: int = 0
     # Run the objective in a fresh child process: needed for a hard time limit,
     # and for GPU trials (a process that has initialised CUDA ignores later
     # changes of CUDA_VISIBLE_DEVICES, and COMPSs reuses worker processes).
     isolate: bool = False
+
+    @classmethod
+    def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
+                  trial_id: int, params: dict[str, Any], *, segment_steps: int | None = None,
+                  after_segment: int = -1, objective: str | Objective | None = None,
+                  pruner: optuna.pruners.BasePruner | None = None) -> "TrialTask":
+        """The task of trial ``number`` of the study ``spec`` (``objective`` and
+        ``pruner`` replace the space's when given)."""
+        from hpo.pruning import make_pruner
+
+        resources, stop = spec.resources, spec.early_stopping
+        settings = asdict(stop)
+        if pruner is not None:
+            settings["pruner"] = type(pruner).__name__  # named so in the reason of a prune
+        return cls(
+            storage=storage, study_name=spec.name, trial_id=trial_id, number=number,
+            config={**spec.fixed, **params}, objective=objective or spec.objective,
+            metric=spec.metric.name, checkpoint_dir=str(run_dir.checkpoint_dir(number)),
+            cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
+            early_stopping=settings,
+            pruner=pruner if pruner is not None else make_pruner(settings),
+            direction=spec.metric.direction, segment_steps=segment_steps,
+            after_segment=after_segment, retries=spec.retries.objective,
+            isolate=resources.time_limit_s is not None or resources.gpus > 0,
+        )
+
+    def open_store(self) -> StudyStore:
+        return StudyStore(open_storage(self.storage), self.study_name)
 
 
 @dataclass(frozen=True)
@@ -68,7 +106,7 @@ class TrialOutcome:
     """What the master gets back; the store holds the rest."""
 
     number: int
-    state: TrialState
+    state: TrialStatus
     value: float | None = None
 
 
@@ -87,41 +125,36 @@ class _Result:
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial, or one segment of it, and record it durably; the
     module-level task of every engine."""
-    storage = open_storage(task.storage)
-    stored = storage.get_trial(task.trial_id)
+    store = task.open_store()
+    stored = store.trial(task.trial_id)
     if stored.state.is_finished():
         # Re-executed by an engine retry after the result was already stored:
         # keep the first result, so a trial is counted once.
         return _outcome_of(stored)
-    run = _start_record(storage, task, stored)
-    storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
+    run = _start_record(store, task, stored)
     while True:
-        with _Heartbeat(storage, task.trial_id):
+        with _Heartbeat(store, task.trial_id):
             result = _run_isolated(task) if task.isolate else _run_here(task)
         state, value = _classify(result, task.metric)
-        if state is not TrialState.FAILED or _failed_attempts(run) >= task.retries:
+        if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
-        run = _retry_record(storage, task, run, result)  # user code failed: again, from its checkpoint
-    _end_record(run, result, task, suspended=state is TrialState.SUSPENDED)
+        run = _retry_record(store, task, run, result)  # user code failed: again, from its checkpoint
+    run = _end_record(run, result, task, suspended=state is TrialStatus.SUSPENDED)
     if task.segment_steps is not None:
-        storage.set_trial_user_attr(task.trial_id, f"{SEGMENT_ATTR}{run['segment']:06d}",
-                                    _segment_record(run, result, state))
-    storage.set_trial_user_attr(task.trial_id, RUN_ATTR, run)
-    if state is TrialState.SUSPENDED:
+        store.write(task.trial_id, segment_key(run["segment"]), segment_record(run, result.steps, state))
+    store.write_run(task.trial_id, run)
+    if state is TrialStatus.SUSPENDED:
         return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
-    try:
-        storage.set_trial_state_values(task.trial_id, _OPTUNA_STATE[state], _values(state, value))
-    except optuna.exceptions.UpdateFinishedTrialError:
-        pass  # finished meanwhile (cancelled by the master): the stored record wins
-    return _outcome_of(storage.get_trial(task.trial_id))
+    store.finish(task.trial_id, state, value)  # False: cancelled meanwhile; the stored end wins
+    return _outcome_of(store.trial(task.trial_id))
 
 
 class _Heartbeat:
     """Writes the time on the trial every HEARTBEAT_S while the objective runs,
     so that a master can tell a trial still running elsewhere from a lost one."""
 
-    def __init__(self, storage: optuna.storages.BaseStorage, trial_id: int) -> None:
-        self._storage, self._trial_id = storage, trial_id
+    def __init__(self, store: StudyStore, trial_id: int) -> None:
+        self._store, self._id = store, trial_id
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="hpo-heartbeat", daemon=True)
 
@@ -137,7 +170,7 @@ class _Heartbeat:
         # The run record written at the start counts as the first beat.
         while not self._stop.wait(heartbeat_s()):
             try:
-                self._storage.set_trial_user_attr(self._trial_id, HEARTBEAT_ATTR, time.time())
+                self._store.beat(self._id)
             except Exception:  # a store hiccup must not end the trial; the next beat retries
                 pass
 
@@ -147,97 +180,52 @@ def heartbeat_s() -> float:
     return float(os.environ.get("HPO_HEARTBEAT_S", "10"))
 
 
-def _failed_attempts(run: dict[str, Any]) -> int:
+def _failed_attempts(run: RunRecord) -> int:
     earlier = [a for a in run.get("previous", []) if (a.get("error") or {}).get("type") != "Lost"]
     return sum(1 for a in earlier if a.get("error"))
 
 
-def _retry_record(storage: optuna.storages.BaseStorage, task: TrialTask, run: dict[str, Any],
-                  result: "_Result") -> dict[str, Any]:
-    """Close the failed attempt and open the next one (the study's ``retries``)."""
+def _retry_record(store: StudyStore, task: TrialTask, run: RunRecord, result: "_Result") -> RunRecord:
+    """Close the failed attempt and open the next one (the objective's retries)."""
     error = result.error or {}
-    _end_record(run, result, task, suspended=False)
-    record_event(storage, task.trial_id, "retried", None,
-                 f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
-                 f"{error.get('message')}); retrying from its checkpoint")
-    following = _start_record(storage, task, storage.get_trial(task.trial_id), previous=run)
-    storage.set_trial_user_attr(task.trial_id, RUN_ATTR, following)
+    ended = _end_record(run, result, task, suspended=False)
+    store.record_event(task.trial_id, "retried", None,
+                       f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
+                       f"{error.get('message')}); retrying from its checkpoint")
+    following = start_run(ended, _where(task), time.time(), task.gpus)
+    store.write_run(task.trial_id, following)
     return following
 
 
-_OPTUNA_STATE = {
-    TrialState.COMPLETE: optuna.trial.TrialState.COMPLETE,
-    TrialState.PRUNED: optuna.trial.TrialState.PRUNED,
-    TrialState.STOPPED: optuna.trial.TrialState.PRUNED,
-    TrialState.FAILED: optuna.trial.TrialState.FAIL,
-    TrialState.TIMEOUT: optuna.trial.TrialState.FAIL,
-}
-
-
-def _values(state: TrialState, value: float | None) -> list[float] | None:
-    if state is TrialState.COMPLETE or (state in _EARLY and value is not None):
-        return [value]
-    return None
-
-
-_EARLY = (TrialState.PRUNED, TrialState.STOPPED)
-
-
 def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
-    return TrialOutcome(trial.number, TrialState.of(trial), trial.value if trial.values else None)
+    return TrialOutcome(trial.number, status_of(trial), trial.value if trial.values else None)
 
 
-def _start_record(storage: optuna.storages.BaseStorage, task: TrialTask,
-                  stored: optuna.trial.FrozenTrial,
-                  previous: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The run record as this task starts: the next segment of a suspended
-    trial, or a new attempt (the first, a retry, or one after a lost one)."""
-    if previous is None:
-        previous = stored.user_attrs.get(RUN_ATTR) or {}
-        if previous and not previous.get("suspended"):  # its worker or master died
-            previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
-            record_event(storage, task.trial_id, "retried", None,
-                         f"attempt {previous.get('attempt')} on {previous.get('host')} "
-                         f"(pid {previous.get('pid')}) was lost with its worker or master; "
-                         "running again from its checkpoint")
-    now = time.time()
-    where = {"host": socket.gethostname(), "pid": os.getpid(), "segment_started_at": now,
-             "cpus": task.cpus, "gpus": _assigned_gpus(task),
-             "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
-    segment = previous.get("segment", -1) + 1
-    if previous.get("suspended"):
-        return {**previous, **where, "suspended": False, "segment": segment}
-    history = previous.get("previous", []) + ([_brief(previous)] if previous else [])
-    return {**where, "attempt": len(history) + 1, "started_at": previous.get("started_at", now),
-            "segment": segment, "previous": history, "duration_s": previous.get("duration_s", 0.0),
-            "core_seconds": previous.get("core_seconds", 0.0),
-            "gpu_seconds": previous.get("gpu_seconds", 0.0)}
+def _start_record(store: StudyStore, task: TrialTask, stored: optuna.trial.FrozenTrial) -> RunRecord:
+    """Write the run record as this task starts: the next segment of a suspended
+    trial, or a new attempt (the first, or one after a lost one)."""
+    previous = run_of(stored)
+    lost = bool(previous) and not previous.get("suspended")  # its worker or master died
+    if lost:
+        previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
+        store.record_event(task.trial_id, "retried", None,
+                           f"attempt {previous.get('attempt')} on {previous.get('host')} "
+                           f"(pid {previous.get('pid')}) was lost with its worker or master; "
+                           "running again from its checkpoint")
+    last_seen = (last_sign_of_life(stored) or previous.get("segment_started_at")) if lost else None
+    run = start_run(previous, _where(task), time.time(), task.gpus, last_seen)
+    store.write_run(task.trial_id, run)
+    return run
 
 
-def _end_record(run: dict[str, Any], result: "_Result", task: TrialTask, suspended: bool) -> None:
-    """Add this task's time and cost to the run record, and how it ended."""
-    ended = time.time()
-    busy = ended - run["segment_started_at"]
-    run.update(
-        ended_at=ended, duration_s=run.get("duration_s", 0.0) + busy,
-        core_seconds=run.get("core_seconds", 0.0) + busy * task.cpus,
-        gpu_seconds=run.get("gpu_seconds", 0.0) + busy * task.gpus,
-        metrics=result.metrics, error=result.error, stop_reason=result.stop_reason,
-        timed_out=result.timed_out, suspended=suspended,
-    )
+def _where(task: TrialTask) -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "cpus": task.cpus,
+            "gpus": _assigned_gpus(task), "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
 
 
-def _segment_record(run: dict[str, Any], result: "_Result", state: TrialState) -> dict[str, Any]:
-    first, last = result.steps or (None, None)
-    return {"index": run["segment"], "host": run["host"], "pid": run["pid"],
-            "worker": f"{run['host']}:{run['pid']}", "started_at": run["segment_started_at"],
-            "ended_at": run["ended_at"], "first_step": first, "last_step": last,
-            "outcome": state.value}
-
-
-def _brief(run: dict[str, Any]) -> dict[str, Any]:
-    """What is kept of an earlier attempt."""
-    return {k: run.get(k) for k in ("attempt", "host", "pid", "started_at", "ended_at", "error")}
+def _end_record(run: RunRecord, result: "_Result", task: TrialTask, suspended: bool) -> RunRecord:
+    return end_run(run, time.time(), task.gpus, metrics=result.metrics, error=result.error,
+                   stop_reason=result.stop_reason, timed_out=result.timed_out, suspended=suspended)
 
 
 def _assigned_gpus(task: TrialTask) -> list[str]:
@@ -247,19 +235,23 @@ def _assigned_gpus(task: TrialTask) -> list[str]:
     return [i for i in ids.replace(",", " ").split() if i]
 
 
+def open_trial(task: TrialTask) -> Trial:
+    """The store-backed :class:`Trial` a worker hands the objective of ``task``:
+    its reports are written to the store, its stop decisions read from it, and
+    it holds the reports of the trial's earlier segments and attempts."""
+    store = task.open_store()
+    link = _StoreLink(store, task.trial_id, task.metric, task.early_stopping, task.pruner,
+                      task.direction, task.segment_steps)
+    Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    earlier = grouped_attrs(store.trial(task.trial_id)).reports
+    return Trial(task.number, dict(task.config), task.checkpoint_dir,
+                 cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link)
+
+
 def _run_here(task: TrialTask) -> _Result:
     """Call the objective in this process with a store-backed Trial."""
-    storage = open_storage(task.storage)
-    link = _StoreLink(
-        storage, task.study_name, task.study_id, task.trial_id, task.metric,
-        task.early_stopping, task.direction, task.segment_steps,
-    )
-    Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    earlier, _, _ = grouped_attrs(storage.get_trial(task.trial_id))  # earlier segments' reports
-    trial = Trial(
-        task.number, dict(task.config), task.checkpoint_dir,
-        cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link,
-    )
+    trial = open_trial(task)
+    earlier = list(trial.reports)
     result = _Result()
     try:
         objective = resolve_objective(task.objective)
@@ -287,14 +279,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _classify(result: _Result, metric: str) -> tuple[TrialState, float | None]:
+def _classify(result: _Result, metric: str) -> tuple[TrialStatus, float | None]:
     """Turn what happened into a state and a value; problems go into result.error."""
     if result.timed_out:
-        return TrialState.TIMEOUT, None
+        return TrialStatus.TIMEOUT, None
     if result.error:
-        return TrialState.FAILED, None
+        return TrialStatus.FAILED, None
     if result.stop_reason == "suspended":
-        return TrialState.SUSPENDED, None  # what it returned mid-training does not count
+        return TrialStatus.SUSPENDED, None  # what it returned mid-training does not count
     returned = result.returned
     if isinstance(returned, dict):
         returned = returned.get(metric, _MISSING)
@@ -304,17 +296,17 @@ def _classify(result: _Result, metric: str) -> tuple[TrialState, float | None]:
             "message": f"objective returned {result.returned!r}; expected a number "
             f"or a dict with the metric {metric!r}",
         }
-        return TrialState.FAILED, None
+        return TrialStatus.FAILED, None
     value = float(returned)
     if not math.isfinite(value):
         result.error = {"type": "NonFiniteValue", "message": f"objective returned {value} for {metric!r}"}
-        return TrialState.FAILED, None
-    return _STOPPED_AS.get((result.stop_reason or "").split(":")[0], TrialState.COMPLETE), value
+        return TrialStatus.FAILED, None
+    return _STOPPED_AS.get((result.stop_reason or "").split(":")[0], TrialStatus.COMPLETE), value
 
 
 # Stop reasons that end a trial with its value but not as COMPLETE (a patience
 # stop is an ordinary end of training: COMPLETE).
-_STOPPED_AS = {"pruned": TrialState.PRUNED, "stopped": TrialState.STOPPED}
+_STOPPED_AS = {"pruned": TrialStatus.PRUNED, "stopped": TrialStatus.STOPPED}
 
 
 _MISSING = object()

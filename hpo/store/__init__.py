@@ -1,0 +1,25 @@
+"""The durable store of a study: an Optuna storage inside a run directory.
+
+The storage is the single source of truth: trials are created in it by the
+master, workers write reports and results to it directly (each append is
+fsync'd before the call returns), and the master learns about finished trials
+by reading it. Killing the master therefore loses nothing.
+
+Any SQLAlchemy URL (``sqlite:///...``, ``postgresql://...``) may replace the
+journal. SQLite is fine on a local disk; on a shared file system prefer the
+journal (SQLite locking over NFS is unreliable).
+
+- :mod:`hpo.store.records`: the layout of what is stored, its contract, and
+  the readers and builders of each record (pure functions);
+- :class:`StudyStore`: reads and writes one study's trials;
+- :class:`RunDir`: the run directory around it.
+"""
+
+from hpo.store import records
+from hpo.store._files import write_atomically
+from hpo.store._run_dir import JOURNAL_FILE, RunDir
+from hpo.store._study import StudyStore, open_storage
+from hpo.store.records import TrialStatus
+
+__all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
+           "JOURNAL_FILE"]

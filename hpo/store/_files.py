@@ -1,0 +1,32 @@
+"""Writing a small file so that a crash leaves the old one or the new one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["write_atomically"]
+
+
+def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Replace ``path`` with ``data``: written beside it, fsync'd, renamed over
+    it, and the directory fsync'd so that the rename itself survives a crash.
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp(), "study.json")
+    >>> write_atomically(target, '{"a": 1}')
+    >>> target.read_text()
+    '{"a": 1}'
+    """
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(partial, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

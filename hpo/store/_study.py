@@ -1,0 +1,150 @@
+"""One study in an Optuna storage, as hpo reads and writes it.
+
+:class:`StudyStore` is the only code that reaches Optuna's private
+attributes (a study's storage and id, a trial's id): Optuna offers no public
+way to write a user attribute on a trial by id from a process that never
+asked for it, which is what workers and the master do all the time.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from functools import lru_cache
+from typing import Any
+
+import optuna
+
+from hpo.store.records import (
+    ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
+    event_key, event_record, report_key, run_of,
+)
+
+__all__ = ["StudyStore", "open_storage"]
+
+
+@lru_cache(maxsize=8)
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """Open (once per process) the storage behind ``url``.
+
+    ``url`` is a SQLAlchemy URL when it contains ``://``, else the path of a
+    journal file. Workers reuse the cached object across trials, so the journal
+    is replayed incrementally rather than from the start for every trial.
+    """
+    if "://" in url:
+        # Several worker processes write to one SQLite file: wait for the lock
+        # instead of failing at once with "database is locked".
+        kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+
+
+class StudyStore:
+    """Reads and writes one study's trials; see :mod:`hpo.store.records` for
+    the layout and who may write what."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, name: str) -> None:
+        self.storage = storage
+        self.name = name
+        self.study_id = storage.get_study_id_from_name(name)  # KeyError: no such study
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> "StudyStore":
+        """The store behind an Optuna study object."""
+        return cls(study._storage, study.study_name)
+
+    @staticmethod
+    def trial_id(trial: optuna.trial.FrozenTrial | optuna.Trial) -> int:
+        """The storage id of a trial (Optuna keeps it private)."""
+        return trial._trial_id
+
+    def study(self, **kwargs: Any) -> optuna.Study:
+        """An Optuna study object over the same storage."""
+        return optuna.Study(self.name, self.storage, **kwargs)
+
+    @property
+    def maximize(self) -> bool:
+        return self.storage.get_study_directions(self.study_id)[0] == optuna.study.StudyDirection.MAXIMIZE
+
+    # -- reading ---------------------------------------------------------------
+
+    def trial(self, trial_id: int) -> optuna.trial.FrozenTrial:
+        return self.storage.get_trial(trial_id)
+
+    def trials(self, *states: optuna.trial.TrialState) -> list[optuna.trial.FrozenTrial]:
+        """Every trial, or those in Optuna ``states`` (not copied: never modify)."""
+        return self.storage.get_all_trials(self.study_id, deepcopy=False, states=states or None)
+
+    def stop(self) -> dict[str, Any] | None:
+        """Why the study must stop, or None."""
+        return self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
+
+    # -- writing ---------------------------------------------------------------
+
+    def set_stop(self, reason: dict[str, Any] | None) -> None:
+        self.storage.set_study_user_attr(self.study_id, STOP_ATTR, reason)
+
+    def create_trial(self, params: dict[str, Any],
+                     distributions: dict[str, optuna.distributions.BaseDistribution]) -> tuple[int, int]:
+        """Store a PENDING trial with ``params`` in one write; its id and number."""
+        template = optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=params,
+                                             distributions=distributions)
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
+        return trial_id, self.storage.get_trial_number_from_id(trial_id)
+
+    def write_run(self, trial_id: int, run: RunRecord) -> None:
+        self.storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
+
+    def write(self, trial_id: int, key: str, value: Any) -> None:
+        self.storage.set_trial_user_attr(trial_id, key, value)
+
+    def report(self, trial_id: int, step: int, metrics: dict[str, float], metric: str) -> None:
+        """One step's metrics; the study's metric also as Optuna's intermediate
+        value, which pruners and samplers read."""
+        if metric in metrics:
+            self.storage.set_trial_intermediate_value(trial_id, step, metrics[metric])
+        self.storage.set_trial_user_attr(trial_id, report_key(step), metrics)
+
+    def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> None:
+        """Write one decision on a trial; the master and workers both do."""
+        event = event_record(kind, step, reason, socket.gethostname())
+        self.storage.set_trial_user_attr(trial_id, event_key(time.time_ns(), os.getpid()), event)
+
+    def beat(self, trial_id: int) -> None:
+        """The trial's worker is alive now."""
+        self.storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+
+    def abandon(self, trial_id: int) -> None:
+        """A master that stops gives a running trial up: the next master resumes
+        it at once instead of waiting for its heartbeat to go stale."""
+        self.storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
+
+    def finish(self, trial_id: int, status: TrialStatus, value: float | None) -> bool:
+        """End a trial with ``status``; False when it had ended already (the
+        first end wins: a finished trial never changes)."""
+        try:
+            self.storage.set_trial_state_values(
+                trial_id, status.stored_as, None if value is None else [value])
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return True
+
+    def end_without_result(self, trial_id: int, reason: str, message: str) -> None:
+        """End a trial no worker finished: "cancelled" (the study stopped before
+        it ran) or "interrupted" (its configuration is proposed again)."""
+        self._end(trial_id, ENDED_BY_ATTR, {"reason": reason, "message": message},
+                  TrialStatus.CANCELLED)
+
+    def fail(self, trial_id: int, error: ErrorRecord) -> None:
+        """Record a trial whose task the engine could not run to its end as FAILED."""
+        self._end(trial_id, RUN_ATTR, {**run_of(self.trial(trial_id)), "error": error},
+                  TrialStatus.FAILED)
+
+    def _end(self, trial_id: int, key: str, why: Any, status: TrialStatus) -> None:
+        """Write why a trial ended, then end it, unless a worker finished it first."""
+        try:
+            self.write(trial_id, key, why)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return  # the worker finished it meanwhile: its record wins
+        self.finish(trial_id, status, None)

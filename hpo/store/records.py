@@ -1,0 +1,434 @@
+"""The stored layout of a study: what ``hpo`` writes beside Optuna's own fields.
+
+Optuna's storage keeps each trial's state, parameters, value and intermediate
+values. ``hpo`` adds user attributes, one journal line per write:
+
+==============================  =======  ======================================
+key                             writer   content
+==============================  =======  ======================================
+``hpo:run``                     worker   :class:`RunRecord`: the current
+                                         attempt, and briefs of earlier ones
+``hpo:report:<step:06d>``       worker   all metrics of one step
+``hpo:segment:<index:06d>``     worker   :class:`SegmentRecord`: one
+                                         resumable segment (segmented policies)
+``hpo:event:<ns:020d>-<pid>``   both     :class:`EventRecord`: one decision
+``hpo:heartbeat``               both     a time (the worker, every few
+                                         seconds), or ``{"abandoned_at": t}``
+                                         (a master that gave the trial up)
+``hpo:ended_by``                master   :class:`EndedBy`: ended without result
+study ``hpo:stop``              master   why the study must stop, or None
+==============================  =======  ======================================
+
+The contract, for writers and readers:
+
+- The master creates trials: Optuna RUNNING without a run record (PENDING).
+- The worker running a trial is the only writer of its run record, reports,
+  segments and heartbeat, and sets its final state. The master ends only
+  trials no worker runs (never started, lost, suspended), and the first
+  final state wins: Optuna refuses to change a finished trial.
+- Events have one key each (time and writer), so master and workers never
+  overwrite each other's.
+- Each write is durable when the call returns (the journal fsyncs appends).
+- A finished trial never changes: readers may cache what they built from it.
+- Readers accept older records: a missing key means "unknown".
+
+Everything here is pure: builders return records, readers take Optuna's
+``FrozenTrial``. :class:`hpo.store.StudyStore` writes them.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, TypedDict
+
+import optuna
+
+__all__ = [
+    "RUN_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
+    "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
+    "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
+    "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
+    "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
+    "segment_key", "cost_of", "study_cost", "RETRIED",
+]
+
+RUN_ATTR = "hpo:run"
+REPORT_ATTR = "hpo:report:"
+SEGMENT_ATTR = "hpo:segment:"
+EVENT_ATTR = "hpo:event:"
+HEARTBEAT_ATTR = "hpo:heartbeat"
+ENDED_BY_ATTR = "hpo:ended_by"
+STOP_ATTR = "hpo:stop"
+EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "unresumable",
+               "interrupted", "cancelled")
+
+
+class TrialStatus(str, enum.Enum):
+    """Where a trial is in its life, derived from what was stored; the values
+    are what ``hpo status`` prints.
+
+    Optuna stores four of them as themselves (RUNNING, COMPLETE, PRUNED, and
+    FAIL as FAILED). The others are facts ``hpo`` keeps apart:
+
+    - PENDING: created by the master, not started by a worker (Optuna's
+      RUNNING without a run record; what Optuna calls WAITING);
+    - TIMEOUT: failed by exceeding its time limit (walltime expiry is an
+      ordinary event on a cluster, not a bug);
+    - CANCELLED: ended by the master without a result; its configuration is
+      not used up;
+    - SUSPENDED: checkpointed between two segments (segmented scheduling);
+    - STOPPED: ended early because the study stopped, with the value it had
+      (stored as Optuna's PRUNED).
+    """
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAILED = "FAILED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+    SUSPENDED = "SUSPENDED"
+    STOPPED = "STOPPED"
+
+    @property
+    def is_finished(self) -> bool:
+        return self not in (TrialStatus.PENDING, TrialStatus.RUNNING, TrialStatus.SUSPENDED)
+
+    @property
+    def stored_as(self) -> optuna.trial.TrialState:
+        """The Optuna state a trial in this status is stored with."""
+        return _STORED_AS[self]
+
+    @classmethod
+    def of(cls, trial: optuna.trial.FrozenTrial) -> "TrialStatus":
+        """The status of a stored trial (same as :func:`status_of`)."""
+        return status_of(trial)
+
+
+_OPTUNA = optuna.trial.TrialState
+_STORED_AS = {
+    TrialStatus.PENDING: _OPTUNA.RUNNING, TrialStatus.RUNNING: _OPTUNA.RUNNING,
+    TrialStatus.SUSPENDED: _OPTUNA.RUNNING, TrialStatus.COMPLETE: _OPTUNA.COMPLETE,
+    TrialStatus.PRUNED: _OPTUNA.PRUNED, TrialStatus.STOPPED: _OPTUNA.PRUNED,
+    TrialStatus.FAILED: _OPTUNA.FAIL, TrialStatus.TIMEOUT: _OPTUNA.FAIL,
+    TrialStatus.CANCELLED: _OPTUNA.FAIL,
+}
+
+
+# -- typed records -----------------------------------------------------------------
+
+
+class ErrorRecord(TypedDict, total=False):
+    type: str  # the exception's class, or TimeLimit, Lost, BadReturnValue, EngineError...
+    message: str
+    traceback: str
+
+
+class AttemptRecord(TypedDict, total=False):
+    """What is kept of an earlier attempt (failed and retried, or lost)."""
+
+    attempt: int
+    host: str
+    pid: int
+    started_at: float  # this attempt's start
+    ended_at: float | None  # its end, or when it was last seen alive
+    error: ErrorRecord | None
+    core_seconds: float  # what this attempt cost
+    gpu_seconds: float
+
+
+class RunRecord(TypedDict, total=False):
+    """The trial's current attempt, written by its worker at every start and end."""
+
+    host: str
+    pid: int
+    attempt: int  # 1 for the first
+    started_at: float  # the trial's first start
+    attempt_started_at: float
+    segment: int  # index of the current segment (0 for a trial run in one piece)
+    segment_started_at: float
+    ended_at: float | None
+    duration_s: float  # busy seconds, every attempt and segment
+    core_seconds: float  # busy seconds x CPUs, every attempt and segment
+    gpu_seconds: float
+    cpus: int
+    gpus: list[str]  # the assigned GPU ids
+    binded_cpus: str | None  # COMPSs' binding, where it ran under COMPSs
+    metrics: dict[str, float]  # the last metrics, with what the objective returned
+    error: ErrorRecord | None
+    stop_reason: str | None  # "stopped: <why>", "pruned", "patience", "suspended"
+    timed_out: bool
+    suspended: bool
+    previous: list[AttemptRecord]
+
+
+class SegmentRecord(TypedDict, total=False):
+    index: int
+    host: str
+    pid: int
+    worker: str
+    started_at: float
+    ended_at: float
+    first_step: int | None
+    last_step: int | None
+    outcome: str  # a TrialStatus value
+
+
+class EventRecord(TypedDict, total=False):
+    time: float
+    kind: str  # one of EVENT_KINDS
+    step: int | None
+    reason: str
+    host: str
+
+
+class EndedBy(TypedDict):
+    reason: str  # "cancelled" (the study stopped first) or "interrupted" (run again)
+    message: str
+
+
+def report_key(step: int) -> str:
+    return f"{REPORT_ATTR}{step:06d}"
+
+
+def segment_key(index: int) -> str:
+    return f"{SEGMENT_ATTR}{index:06d}"
+
+
+def event_key(time_ns: int, pid: int) -> str:
+    return f"{EVENT_ATTR}{time_ns:020d}-{pid}"
+
+
+# -- readers -----------------------------------------------------------------------
+
+
+class TrialAttrs(NamedTuple):
+    """A trial's reports ``(step, metrics)``, events and segments, each in order."""
+
+    reports: list[tuple[int, dict[str, float]]]
+    events: list[EventRecord]
+    segments: list[SegmentRecord]
+
+
+def grouped_attrs(trial: optuna.trial.FrozenTrial) -> TrialAttrs:
+    """One pass over a trial's attributes (it runs for every trial of a study)."""
+    reports, events, segments = [], [], []
+    for key, value in trial.user_attrs.items():
+        if not key.startswith("hpo:") or not isinstance(value, dict):
+            continue
+        if key.startswith(REPORT_ATTR):
+            reports.append((int(key[len(REPORT_ATTR):]), value))
+        elif key.startswith(EVENT_ATTR):
+            events.append((key, value))
+        elif key.startswith(SEGMENT_ATTR):
+            segments.append((key, value))
+    reports.sort(key=lambda item: item[0])
+    return TrialAttrs(reports, [v for _, v in sorted(events, key=lambda item: item[0])],
+                      [v for _, v in sorted(segments, key=lambda item: item[0])])
+
+
+def run_of(trial: optuna.trial.FrozenTrial) -> RunRecord:
+    """The trial's run record ({} before a worker started it)."""
+    return trial.user_attrs.get(RUN_ATTR) or {}
+
+
+def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
+    """The status of a stored trial."""
+    run = run_of(trial)
+    state = trial.state
+    if state == _OPTUNA.RUNNING:
+        if not run:
+            return TrialStatus.PENDING
+        return TrialStatus.SUSPENDED if run.get("suspended") else TrialStatus.RUNNING
+    if state == _OPTUNA.COMPLETE:
+        return TrialStatus.COMPLETE
+    if state == _OPTUNA.PRUNED:
+        stopped = str(run.get("stop_reason") or "").startswith("stopped")
+        return TrialStatus.STOPPED if stopped else TrialStatus.PRUNED
+    if trial.user_attrs.get(ENDED_BY_ATTR):
+        return TrialStatus.CANCELLED
+    if run.get("timed_out"):
+        return TrialStatus.TIMEOUT
+    return TrialStatus.FAILED if state == _OPTUNA.FAIL else TrialStatus.PENDING
+
+
+def best_reported(trial: optuna.trial.FrozenTrial, maximize: bool) -> float | None:
+    """The best value of the study's metric the trial reported so far."""
+    values = trial.intermediate_values.values()
+    return (max(values) if maximize else min(values)) if values else None
+
+
+def task_done(trial: optuna.trial.FrozenTrial, segment_before: int) -> bool:
+    """Whether the task submitted when the trial's last segment was
+    ``segment_before`` (-1: none) is over: the trial finished, or suspended
+    again after a later segment."""
+    if trial.state.is_finished():
+        return True
+    run = run_of(trial)
+    return bool(run.get("suspended")) and run.get("segment", -1) > segment_before
+
+
+def last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
+    """When the trial's worker last showed it was alive (0.0: never, or given up)."""
+    run = run_of(trial)
+    beat = trial.user_attrs.get(HEARTBEAT_ATTR)
+    started = run.get("segment_started_at") or run.get("started_at") or 0.0
+    if isinstance(beat, dict):  # given up by a master that stopped; alive if started since
+        return started if started > beat["abandoned_at"] else 0.0
+    return max(beat or 0.0, started)
+
+
+# -- builders ----------------------------------------------------------------------
+
+
+def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: int,
+              last_seen: float | None = None) -> RunRecord:
+    """The run record as a task starts: the next segment of a suspended trial,
+    or a new attempt (the first, a retry, or one after ``previous`` was lost,
+    last seen alive at ``last_seen``). ``where`` holds host, pid, cpus and the
+    GPU ids; ``gpus`` is how many GPUs a trial holds (what its time costs)."""
+    segment = previous.get("segment", -1) + 1
+    if previous.get("suspended"):
+        return {**previous, **where, "segment_started_at": now, "suspended": False,
+                "segment": segment}
+    if previous and last_seen is not None:  # lost: charge it up to its last sign of life
+        busy = max(last_seen - previous.get("segment_started_at", last_seen), 0.0)
+        previous = _charged(previous, busy, last_seen, gpus)
+    history = [*previous.get("previous", []), *([_brief(previous)] if previous else [])]
+    return {**where, "attempt": len(history) + 1, "started_at": previous.get("started_at", now),
+            "attempt_started_at": now, "segment_started_at": now, "segment": segment,
+            "previous": history, "duration_s": previous.get("duration_s", 0.0),
+            "core_seconds": previous.get("core_seconds", 0.0),
+            "gpu_seconds": previous.get("gpu_seconds", 0.0)}
+
+
+def end_run(run: RunRecord, now: float, gpus: int, *, metrics: dict[str, float],
+            error: ErrorRecord | None, stop_reason: str | None, timed_out: bool,
+            suspended: bool) -> RunRecord:
+    """``run`` with this task's busy time and cost added, and how it ended."""
+    busy = now - run["segment_started_at"]
+    return {**_charged(run, busy, now, gpus), "metrics": metrics, "error": error,
+            "stop_reason": stop_reason, "timed_out": timed_out, "suspended": suspended}
+
+
+def _charged(run: RunRecord, busy: float, ended: float, gpus: int) -> RunRecord:
+    return {**run, "ended_at": ended, "duration_s": run.get("duration_s", 0.0) + busy,
+            "core_seconds": run.get("core_seconds", 0.0) + busy * int(run.get("cpus") or 1),
+            "gpu_seconds": run.get("gpu_seconds", 0.0) + busy * gpus}
+
+
+def _brief(run: RunRecord) -> AttemptRecord:
+    """What is kept of an attempt that ended: where, when, why, and its own cost."""
+    earlier = run.get("previous", [])
+    return {"attempt": run.get("attempt"), "host": run.get("host"), "pid": run.get("pid"),
+            "started_at": run.get("attempt_started_at", run.get("started_at")),
+            "ended_at": run.get("ended_at"), "error": run.get("error"),
+            "core_seconds": run.get("core_seconds", 0.0) - sum(a.get("core_seconds", 0.0) for a in earlier),
+            "gpu_seconds": run.get("gpu_seconds", 0.0) - sum(a.get("gpu_seconds", 0.0) for a in earlier)}
+
+
+def segment_record(run: RunRecord, steps: tuple[int, int] | None, outcome: TrialStatus) -> SegmentRecord:
+    """The record of the segment ``run`` just ended, which reported ``steps``."""
+    first, last = steps or (None, None)
+    return {"index": run["segment"], "host": run["host"], "pid": run["pid"],
+            "worker": f"{run['host']}:{run['pid']}", "started_at": run["segment_started_at"],
+            "ended_at": run["ended_at"], "first_step": first, "last_step": last,
+            "outcome": outcome.value}
+
+
+def event_record(kind: str, step: int | None, reason: str, host: str,
+                 now: float | None = None) -> EventRecord:
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown event kind {kind!r}; expected one of {EVENT_KINDS}")
+    return {"time": time.time() if now is None else now, "kind": kind, "step": step,
+            "reason": reason, "host": host}
+
+
+# -- cost --------------------------------------------------------------------------
+
+#: The cost category of earlier attempts, beside the TrialStatus values.
+RETRIED = "retried attempt"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a trial used: busy seconds x CPUs (GPUs), every attempt included.
+
+    ``retried_*`` is the part spent on earlier attempts. A running trial's
+    current segment is not in it until :meth:`at` adds it up to a moment.
+    """
+
+    core_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    retried_core_seconds: float = 0.0
+    retried_gpu_seconds: float = 0.0
+    running_since: float | None = None
+    cpus: int = 1
+    gpus: int = 0
+
+    def at(self, now: float | None) -> "Cost":
+        """The cost up to ``now``, the running segment included."""
+        if self.running_since is None or now is None:
+            return self
+        busy = max(now - self.running_since, 0.0)
+        return replace(self, core_seconds=self.core_seconds + busy * self.cpus,
+                       gpu_seconds=self.gpu_seconds + busy * self.gpus, running_since=None)
+
+
+def cost_of(trial: optuna.trial.FrozenTrial) -> Cost:
+    """The cost of a stored trial, from its run record.
+
+    >>> trial = optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=1.0,
+    ...     user_attrs={RUN_ATTR: {"cpus": 2, "core_seconds": 30.0, "previous": [
+    ...         {"attempt": 1, "core_seconds": 10.0, "gpu_seconds": 0.0}]}})
+    >>> cost = cost_of(trial)
+    >>> cost.core_seconds, cost.retried_core_seconds
+    (30.0, 10.0)
+    """
+    run = run_of(trial)
+    earlier = [a for a in run.get("previous") or () if isinstance(a, dict)]
+    gpus = run.get("gpus")
+    live = status_of(trial) is TrialStatus.RUNNING
+    return Cost(
+        core_seconds=float(run.get("core_seconds") or 0.0),
+        gpu_seconds=float(run.get("gpu_seconds") or 0.0),
+        retried_core_seconds=sum(float(a.get("core_seconds") or 0.0) for a in earlier),
+        retried_gpu_seconds=sum(float(a.get("gpu_seconds") or 0.0) for a in earlier),
+        running_since=run.get("segment_started_at") if live else None,
+        cpus=int(run.get("cpus") or 1),
+        gpus=len(gpus) if isinstance(gpus, list) else int(gpus or 0),
+    )
+
+
+@dataclass(frozen=True)
+class StudyCost:
+    """Core- and GPU-hours of a study, in all and by what they went to: the
+    TrialStatus value of the trial's last attempt, or RETRIED for earlier ones."""
+
+    core_hours: float = 0.0
+    gpu_hours: float = 0.0
+    core_hours_by: dict[str, float] = field(default_factory=dict)
+    gpu_hours_by: dict[str, float] = field(default_factory=dict)
+
+
+def study_cost(trials: Iterable[tuple[TrialStatus, Cost]], now: float | None = None) -> StudyCost:
+    """Add up trials' costs; with ``now``, running segments count up to it.
+
+    >>> done = (TrialStatus.COMPLETE, Cost(core_seconds=7200.0, retried_core_seconds=3600.0))
+    >>> study_cost([done]).core_hours_by["retried attempt"]
+    1.0
+    """
+    order = [s.value for s in TrialStatus] + [RETRIED]
+    core, gpu = dict.fromkeys(order, 0.0), dict.fromkeys(order, 0.0)
+    for status, cost in trials:
+        cost = cost.at(now)
+        core[status.value] += (cost.core_seconds - cost.retried_core_seconds) / 3600
+        gpu[status.value] += (cost.gpu_seconds - cost.retried_gpu_seconds) / 3600
+        core[RETRIED] += cost.retried_core_seconds / 3600
+        gpu[RETRIED] += cost.retried_gpu_seconds / 3600
+    return StudyCost(math.fsum(core.values()), math.fsum(gpu.values()), core, gpu)
