@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpo.errors import StopRequested, UsageError
-from hpo.trial import TrialState
+from hpo.registry import ALGORITHMS, ENGINES
+from hpo.store import TrialStatus
 
 __all__ = ["main"]
 
@@ -55,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", help="run or resume a study")
     run.add_argument("space", help="search space JSON file")
-    run.add_argument("--engine", default="auto", choices=("auto", "dask", "compss", "inline"),
+    run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
                      help="auto: compss under runcompss, else dask (default)")
     run.add_argument("--scheduler", help="dask: address or scheduler file of a running scheduler")
     run.add_argument("--workers", type=int, help="dask: worker processes of the embedded cluster")
@@ -63,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
     run.add_argument("--name", help="study name (default: the space's name)")
     run.add_argument("--objective", help="package.module:function to optimise")
-    run.add_argument("--algorithm", choices=("grid", "random", "bayesian"))
+    run.add_argument("--algorithm", choices=ALGORITHMS.names)
     run.add_argument("--max-trials", type=int)
     run.add_argument("--parallel", type=int, help="trials in flight at once")
     run.add_argument("--seed", type=int)
@@ -73,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = command("validate", help="check a space file and print it")
     validate.add_argument("space")
-    validate.add_argument("--algorithm", choices=("grid", "random", "bayesian"))
+    validate.add_argument("--algorithm", choices=ALGORITHMS.names)
     validate.set_defaults(handler=_validate)
 
     status = command("status", help="counts by state and the best trial")
@@ -120,7 +121,7 @@ def _print_best(result, run_dir: Path) -> None:
     print(f"\n{len(result.trials)} trials: {counts or 'none'}")
     if result.stop:
         print(f"stopped early: {result.stop['reason']}")
-    failed = [t for t in result.trials if t.state in (TrialState.FAILED, TrialState.TIMEOUT)]
+    failed = [t for t in result.trials if t.state in (TrialStatus.FAILED, TrialStatus.TIMEOUT)]
     if failed:
         print(f"first failure: trial {failed[0].number}: {failed[0].error}")
     if result.best:

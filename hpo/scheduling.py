@@ -23,15 +23,20 @@ when it is maximised.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import optuna
+
+from hpo.registry import POLICIES
+from hpo.store import StudyStore
+from hpo.store.records import TrialStatus, best_reported, grouped_attrs, status_of
+
 __all__ = [
-    "POLICIES", "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "make_policy",
+    "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "make_policy", "waiting_of",
     "representative_loss", "convergence", "segment_steps",
 ]
-
-POLICIES = ("fifo", "round_robin", "convergence")
 
 
 @dataclass(frozen=True)
@@ -88,13 +93,36 @@ def _runner_up(chosen: Waiting, waiting: Sequence[Waiting]) -> str:
 
 def make_policy(name: str) -> Policy | None:
     """The policy for a space's ``scheduling.policy``; None for FIFO (no segments)."""
-    if name == "fifo":
-        return None
-    if name == "round_robin":
-        return RoundRobin()
-    if name == "convergence":
-        return ConvergenceAware()
-    raise ValueError(f"unknown scheduling policy {name!r}; expected one of {POLICIES}")
+    return POLICIES.make(name)
+
+
+def waiting_of(trial: optuna.trial.FrozenTrial, base_steps: int, milestones: Sequence[float],
+               maximize: bool) -> Waiting:
+    """A suspended (or lost) trial as the policies see it, from its stored record."""
+    trial_id = StudyStore.trial_id(trial)
+    if status_of(trial) is TrialStatus.RUNNING:  # lost: goes first
+        return Waiting(trial.number, trial_id, since=0.0, convergence=math.inf,
+                       segment_steps=base_steps)
+    losses = _segment_losses(trial, maximize)
+    segments = grouped_attrs(trial).segments
+    return Waiting(
+        number=trial.number, trial_id=trial_id,
+        since=segments[-1]["ended_at"] if segments else 0.0,
+        convergence=convergence(losses[-1] if losses else [], losses[-2] if len(losses) > 1 else None),
+        segment_steps=segment_steps(base_steps, milestones, best_reported(trial, maximize), maximize),
+    )
+
+
+def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[list[float]]:
+    """The losses (the metric, negated when maximised) of each segment, in order."""
+    values = trial.intermediate_values
+    sign = -1.0 if maximize else 1.0
+    losses = []
+    for segment in grouped_attrs(trial).segments:
+        first, last = segment.get("first_step"), segment.get("last_step")
+        if first is not None:
+            losses.append([sign * values[s] for s in range(first, last + 1) if s in values])
+    return [seg for seg in losses if seg]
 
 
 def representative_loss(losses: Sequence[float]) -> float:

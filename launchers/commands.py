@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
+from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.records import JOBS_FILE, append_job, read_jobs
@@ -39,7 +40,8 @@ def add_commands(command) -> None:
 
 def _submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="search space JSON file")
-    p.add_argument("--engine", choices=("dask", "compss"), default="dask",
+    # The engines that run a study across an allocation's nodes.
+    p.add_argument("--engine", choices=[n for n in ENGINES.names if n != "inline"], default="dask",
                    help="dask: an sbatch script with a Dask cluster (default); compss: enqueue_compss")
     p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
     p.add_argument("--time", type=int, required=True, dest="time_min", metavar="MINUTES",
@@ -172,18 +174,7 @@ def _check_run_dir(run_dir: Path, spec, storage: str | None) -> None:
     """A run directory holding another study is refused now rather than in the job."""
     from hpo.store import RunDir
 
-    existing = RunDir(run_dir)
-    if not existing.study_file.is_file():
-        return
-    stored = existing.read()
-    if stored["spec"]["space"] != spec.to_dict()["space"]:
-        raise UsageError(
-            f"{run_dir} already holds study {stored['spec']['name']!r} with a different search "
-            "space; the job would refuse to mix results.\n"
-            "  fix: give the study another \"name\" (--name), pass --runs-dir, or remove it")
-    if storage and storage != stored["storage"]:
-        raise UsageError(f"{run_dir} uses storage {stored['storage']!r}, not {storage!r}.\n"
-                         "  fix: drop --storage to resume, or use another run directory")
+    RunDir(run_dir).check(spec.to_dict(), storage)
 
 
 def _project_root() -> Path:

@@ -7,7 +7,7 @@ import importlib.util
 import optuna
 import pytest
 
-from hpo.search import open_search
+from hpo.search import create_study, open_search
 from hpo.space import parse_spec
 
 FINITE = {"optimizer": ["adam", "sgd", "rmsprop"], "units": [32, 64], "lr": [0.01, 0.1]}  # 12 points
@@ -16,7 +16,7 @@ FINITE = {"optimizer": ["adam", "sgd", "rmsprop"], "units": [32, 64], "lr": [0.0
 def searcher(algorithm: str, space=None, storage=None, **search):
     spec = parse_spec({"name": "s", "metric": {"name": "value"},
                        "search": {"algorithm": algorithm, **search}, "space": space or FINITE})
-    return open_search(spec, storage or optuna.storages.InMemoryStorage())
+    return open_search(spec, create_study(spec, storage or optuna.storages.InMemoryStorage()))
 
 
 def asked(search, n: int) -> list[dict]:

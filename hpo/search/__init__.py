@@ -1,4 +1,9 @@
-"""Search algorithms behind one ask interface: grid, random, bayesian (TPE, GP)."""
+"""Search algorithms behind one ask interface: grid, random, bayesian (TPE, GP).
+
+The names a space may use are :data:`hpo.registry.ALGORITHMS` and
+:data:`hpo.registry.SAMPLERS`; ``hpo.run(sampler=...)`` also takes any
+Optuna sampler object.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +11,35 @@ from typing import TYPE_CHECKING
 
 import optuna
 
+from hpo.registry import ALGORITHMS, SAMPLERS
 from hpo.search._base import Proposal, ProposalSampler, Searcher
-from hpo.search._samplers import GridSearcher, SamplerSearcher, make_inner_sampler
+from hpo.search._samplers import GridSearcher, SamplerSearcher, gp_sampler, random_sampler, tpe_sampler
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "open_search"]
+__all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_study", "open_search",
+           "random_sampler", "tpe_sampler", "gp_sampler"]
 
 
-def open_search(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> Searcher:
-    """Create (or resume) the study in ``storage`` and its searcher."""
-    distributions = spec.distributions()
-    study = optuna.create_study(
+def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:
+    """Create the study in ``storage``, or load it to resume."""
+    return optuna.create_study(
         study_name=spec.name, storage=storage, direction=spec.metric.direction,
-        sampler=ProposalSampler(distributions), load_if_exists=True,
+        sampler=ProposalSampler(spec.distributions()), load_if_exists=True,
     )
+
+
+def open_search(spec: "StudySpec", study: optuna.Study,
+                sampler: optuna.samplers.BaseSampler | None = None) -> Searcher:
+    """The searcher for ``spec`` over ``study`` (made by :func:`create_study`);
+    ``sampler`` replaces the space's algorithm with an Optuna sampler object."""
+    distributions = spec.distributions()
     search = spec.search
     grid = spec.grid() if spec.grid_size is not None else None
-    if search.algorithm == "grid":
+    if sampler is None and search.algorithm == "grid":
         return GridSearcher(study, distributions, grid)
-    inner = make_inner_sampler(search.algorithm, search.sampler, search.seed, spec.max_trials)
-    return SamplerSearcher(study, distributions, inner, grid, search.seed)
+    if sampler is None:
+        factory = ALGORITHMS.factory(search.algorithm) or SAMPLERS.factory(search.sampler)
+        sampler = factory(seed=search.seed, max_trials=spec.max_trials)
+    return SamplerSearcher(study, distributions, sampler, grid, search.seed)

@@ -11,7 +11,7 @@ import optuna
 from hpo.errors import UsageError
 from hpo.search._base import Searcher, _key
 
-__all__ = ["GridSearcher", "SamplerSearcher", "make_inner_sampler"]
+__all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler"]
 
 _TRIES = 20
 
@@ -93,22 +93,28 @@ class SamplerSearcher(Searcher):
         return None
 
 
-def make_inner_sampler(algorithm: str, sampler: str | None, seed: int | None,
-                       max_trials: int) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler behind ``random`` or ``bayesian`` search."""
-    if algorithm == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if sampler == "gp":
-        try:
-            import scipy  # noqa: F401
-            import torch  # noqa: F401
-        except ImportError as exc:
-            raise UsageError(
-                f"bayesian search with sampler \"gp\" needs torch and scipy ({exc}).\n"
-                "  fix: pip install 'hpo[gp]', or use \"sampler\": \"tpe\""
-            ) from exc
-        return optuna.samplers.GPSampler(seed=seed)
+def random_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """Optuna's RandomSampler (random search)."""
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def tpe_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """Multivariate TPE with the constant liar (running trials count as bad),
+    random for the first third of the budget (2 to 10 trials)."""
     startup = max(2, min(10, max_trials // 3))
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup,
     )
+
+
+def gp_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+    """Optuna's Gaussian-process sampler; needs torch and scipy."""
+    try:
+        import scipy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(
+            f"bayesian search with sampler \"gp\" needs torch and scipy ({exc}).\n"
+            "  fix: pip install 'hpo[gp]', or use \"sampler\": \"tpe\""
+        ) from exc
+    return optuna.samplers.GPSampler(seed=seed)

@@ -18,6 +18,7 @@ from hpo.space._spec import (
     EarlyStopping,
     Metric,
     Resources,
+    Retries,
     Scheduling,
     SearchSettings,
     StudySpec,
@@ -28,6 +29,6 @@ from hpo.space._spec import (
 __all__ = [
     "ALGORITHMS", "DEFAULT_OBJECTIVE", "DIRECTIONS", "PRUNERS", "SAMPLERS",
     "Choice", "Param", "CategoricalParam", "IntParam", "FloatParam", "Grid",
-    "Metric", "SearchSettings", "Resources", "EarlyStopping", "Scheduling", "StudySpec",
+    "Metric", "SearchSettings", "Resources", "Retries", "EarlyStopping", "Scheduling", "StudySpec",
     "load_spec", "parse_spec", "SpaceError",
 ]

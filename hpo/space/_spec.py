@@ -29,8 +29,7 @@ from typing import Any, Callable, NoReturn
 from optuna.distributions import BaseDistribution
 
 from hpo.errors import SpaceError, closest
-from hpo.pruning import PRUNERS
-from hpo.scheduling import POLICIES
+from hpo import registry
 from hpo.space._grid import Grid
 from hpo.space._params import (
     Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
@@ -38,12 +37,14 @@ from hpo.space._params import (
 
 __all__ = [
     "ALGORITHMS", "SAMPLERS", "DIRECTIONS", "PRUNERS", "POLICIES", "DEFAULT_OBJECTIVE",
-    "Metric", "SearchSettings", "Resources", "EarlyStopping", "Scheduling", "StudySpec",
-    "load_spec", "parse_spec",
+    "Metric", "SearchSettings", "Resources", "Retries", "EarlyStopping", "Scheduling",
+    "StudySpec", "load_spec", "parse_spec",
 ]
 
-ALGORITHMS = ("grid", "random", "bayesian")
-SAMPLERS = ("tpe", "gp")
+ALGORITHMS = registry.ALGORITHMS.names
+SAMPLERS = registry.SAMPLERS.names
+PRUNERS = registry.PRUNERS.names
+POLICIES = registry.POLICIES.names
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
 
@@ -108,6 +109,18 @@ class Scheduling:
     milestones: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class Retries:
+    """Two kinds of retry. ``objective``: more runs of a trial whose objective
+    failed (raised, returned no valid metric), each from its checkpoint.
+    ``engine``: more runs of a task that failed for the infrastructure (its
+    wrapper raised: the store unreachable...), as the engine retries tasks.
+    A single number in the file sets both."""
+
+    objective: int = 0
+    engine: int = 0
+
+
 _Check = Callable[[Any, Loc], Any]
 _positive = partial(as_number, positive=True)
 _METRIC: dict[str, _Check] = {
@@ -137,6 +150,21 @@ def _numbers(value: object, at: Loc) -> tuple[float, ...]:
     return tuple(as_number(item, at / index) for index, item in enumerate(value))
 
 
+_RETRIES: dict[str, _Check] = {
+    "objective": partial(as_int, minimum=0), "engine": partial(as_int, minimum=0),
+}
+
+
+def _retries(value: object, at: Loc) -> Retries:
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = as_int(value, at, minimum=0)
+        return Retries(objective=count, engine=count)
+    if not isinstance(value, dict):
+        at.expected("an integer >= 0 or an object", value,
+                    'write "retries": 2, or "retries": {"objective": 2, "engine": 1}')
+    return _section(Retries, value, at, _RETRIES)
+
+
 _SCHEDULING: dict[str, _Check] = {
     "policy": partial(as_choice, options=POLICIES), "segment_steps": partial(as_int, minimum=1),
     "milestones": _numbers,
@@ -160,7 +188,7 @@ class StudySpec:
     metric: Metric
     search: SearchSettings
     resources: Resources
-    retries: int
+    retries: Retries
     early_stopping: EarlyStopping
     fixed: dict[str, Any]
     params: dict[str, Param]
@@ -200,7 +228,7 @@ class StudySpec:
             "metric": asdict(self.metric),
             "search": asdict(self.search),
             "resources": asdict(self.resources),
-            "retries": self.retries,
+            "retries": asdict(self.retries),
             "early_stopping": asdict(self.early_stopping),
             "scheduling": {**asdict(self.scheduling), "milestones": list(self.scheduling.milestones)},
             "fixed": copy.deepcopy(self.fixed),
@@ -261,7 +289,7 @@ class StudySpec:
             f"metric      {metric.name} ({metric.direction}{target})",
             f"search      {search_line}",
             f"resources   {resources} per trial",
-            f"retries     {self.retries}",
+            f"retries     objective {self.retries.objective}, engine {self.retries.engine}",
             f"pruning     {pruning}",
             f"scheduling  {scheduling}",
         ]
@@ -328,7 +356,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         metric=_section(Metric, top.get("metric"), root / "metric", _METRIC),
         search=_search(top.get("search"), root / "search"),
         resources=_section(Resources, top.get("resources"), root / "resources", _RESOURCES),
-        retries=get("retries", partial(as_int, minimum=0), 0),
+        retries=get("retries", _retries, Retries()),
         early_stopping=_section(
             EarlyStopping, top.get("early_stopping"), root / "early_stopping", _EARLY_STOPPING
         ),
