@@ -9,12 +9,12 @@ from typing import Any
 import optuna
 
 from hpo.control import Controller
-from hpo.engines import make_engine
+from hpo.engines import Engine, make_engine
 from hpo.errors import EngineError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
-from hpo.trial._objective import Objective, reference_of, resolve_objective
+from hpo.trial import Objective, reference_of, resolve_objective
 
 __all__ = ["run", "prepare"]
 
@@ -45,7 +45,9 @@ def run(
     seed: int | None = None,
     timeout_s: float | None = None,
     name: str | None = None,
-    engine: str = "auto",
+    engine: str | Engine = "auto",
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
     storage: str | None = None,
@@ -66,7 +68,11 @@ def run(
         Override the space's settings.
     engine:
         ``"auto"`` (compss under the COMPSs runtime, else dask), ``"dask"``,
-        ``"compss"`` or ``"inline"``.
+        ``"compss"`` or ``"inline"``; or an :class:`~hpo.engines.Engine` object.
+    sampler, pruner:
+        Optuna objects used instead of the space's ``search`` algorithm and
+        ``early_stopping.pruner``, as ``optuna.create_study`` takes them. The
+        pruner travels to the workers with each task: it must pickle.
     scheduler, workers:
         For dask: an existing scheduler's address or scheduler file; or the
         number of worker processes of the embedded cluster.
@@ -78,12 +84,12 @@ def run(
 
     Examples
     --------
-    >>> import hpo
+    >>> import hpo, tempfile
     >>> def train(config, trial):
     ...     return -(config["x"] - 2) ** 2
-    >>> result = hpo.run({"space": {"x": [0, 1, 2, 3]}, "metric": {"name": "score"}},
-    ...                  train, engine="inline", runs_dir=tmp, progress=False)  # doctest: +SKIP
-    >>> result.best.params                                                    # doctest: +SKIP
+    >>> result = hpo.run({"space": {"x": [0, 1, 2, 3]}, "metric": {"name": "score"}}, train,
+    ...                  engine="inline", runs_dir=tempfile.mkdtemp(), progress=False)
+    >>> result.best.params
     {'x': 2}
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress line says enough
@@ -92,13 +98,15 @@ def run(
                    objective=objective if isinstance(objective, str) else None)
     resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
     try:
-        chosen = make_engine(engine, spec, scheduler=scheduler, workers=workers)
+        chosen = engine if isinstance(engine, Engine) else \
+            make_engine(engine, spec, scheduler=scheduler, workers=workers)
         run_dir = RunDir(Path(runs_dir) / spec.name)
         record = spec.to_dict()
         record["objective"] = reference_of(objective or spec.objective)
         storage_url = run_dir.create(record, storage)
         controller = Controller(spec, run_dir, storage_url, chosen,
-                                objective=objective if callable(objective) else None, progress=progress)
+                                objective=objective if callable(objective) else None,
+                                sampler=sampler, pruner=pruner, progress=progress)
         return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None

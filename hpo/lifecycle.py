@@ -1,0 +1,158 @@
+"""What the master decides about trials outside their objective: stop,
+cancel, suspend, and what to do with those an earlier run left behind.
+
+A master that starts on an existing study meets what an earlier run left:
+trials still running somewhere (their heartbeat is fresh: wait for them),
+trials lost with their worker or master (resumed as themselves from their
+checkpoints), suspended trials (resumed), and trials created but never
+started (cancelled; their configurations are proposed again).
+
+While it runs, the master stops the study (target reached, time budget
+spent: queued tasks cancelled, running trials stop at their next check,
+suspended ones end STOPPED), stops cleanly on a signal (running trials
+checkpoint and suspend; the next run resumes them), and records a trial
+whose task the engine could not run as FAILED.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from hpo.engines import Engine
+from hpo.store import StudyStore
+from hpo.store.records import (
+    TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
+)
+from hpo.trial import TrialTask, heartbeat_s
+
+__all__ = [
+    "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "collect", "stop",
+    "cancel_pending", "suspend_running", "stop_suspended",
+]
+
+_RUNNING = optuna.trial.TrialState.RUNNING
+
+
+@dataclass
+class InFlight:
+    """A task the engine holds for a trial."""
+
+    task: TrialTask
+    handle: Any
+
+    @property
+    def trial_id(self) -> int:
+        return self.task.trial_id
+
+
+Flights = MutableMapping[int, InFlight]  # by trial number
+
+
+# -- what an earlier run left ------------------------------------------------------
+
+
+def await_live_trials(store: StudyStore, progress: bool) -> None:
+    """Trials an earlier master left running may still run somewhere (a Dask
+    worker outlives its client): wait until they finish or their heartbeat
+    goes stale, so that no trial ever runs twice at once."""
+    stale_after = 3 * heartbeat_s()
+    told = False
+    while True:
+        running = [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.RUNNING
+                   and time.time() - last_sign_of_life(t) < stale_after]
+        if not running:
+            return
+        if progress and not told:
+            print(f"hpo: {len(running)} trials of an earlier run are still running (heartbeat); "
+                  f"waiting until they finish or fall silent for {stale_after:g} s", file=sys.stderr)
+            told = True
+        time.sleep(min(1.0, stale_after / 10))
+
+
+def cancel_never_started(store: StudyStore) -> None:
+    """Trials an earlier master created but no worker started are ended; their
+    configurations are proposed again. Started ones are resumed instead."""
+    for trial in store.trials(_RUNNING):
+        if status_of(trial) is TrialStatus.PENDING:
+            store.end_without_result(store.trial_id(trial), "interrupted",
+                                     "never started by an earlier run")
+
+
+def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
+    """Trials started by an earlier run and not finished: suspended, or lost."""
+    return [t for t in store.trials(_RUNNING)
+            if status_of(t) in (TrialStatus.SUSPENDED, TrialStatus.RUNNING)]
+
+
+# -- while the study runs ----------------------------------------------------------
+
+
+def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
+    """Gather a finished task; the trial as stored. A task the engine could not
+    run to its end (a worker lost too often...) leaves its trial FAILED."""
+    try:
+        engine.settle(flight.handle)
+    except Exception as exc:
+        store.fail(flight.trial_id, {"type": "EngineError", "message": f"{type(exc).__name__}: {exc}"})
+    return store.trial(flight.trial_id)
+
+
+def stop(store: StudyStore, engine: Engine, flights: Flights, reason: dict[str, Any]) -> None:
+    """Stop the study: running trials stop at their next check, queued tasks
+    are cancelled, and a chosen segment that has not started ends STOPPED."""
+    store.set_stop(reason)
+    cancel_pending(store, engine, flights, reason["reason"])
+    for number, flight in list(flights.items()):
+        trial = store.trial(flight.trial_id)
+        if status_of(trial) is TrialStatus.SUSPENDED and not task_done(trial, flight.task.after_segment):
+            engine.cancel(flight.handle)  # its next segment has not started
+            stop_suspended(store, [flight.trial_id], reason)
+            del flights[number]
+
+
+def cancel_pending(store: StudyStore, engine: Engine, flights: Flights, why: str) -> None:
+    """Cancel the queued tasks of trials no worker has started."""
+    for number, flight in list(flights.items()):
+        if status_of(store.trial(flight.trial_id)) is TrialStatus.PENDING:
+            engine.cancel(flight.handle)
+            store.end_without_result(flight.trial_id, "cancelled", f"study stopped ({why})")
+            del flights[number]
+
+
+def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_name: str) -> None:
+    """A clean stop: running trials checkpoint and suspend at their next
+    check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them."""
+    store.set_stop({"reason": signal_name, "resume": True})
+    grace = float(os.environ.get("HPO_STOP_GRACE_S", "30"))
+    cancel_pending(store, engine, flights, signal_name)
+    if flights:
+        print(f"\nhpo: {signal_name}: letting {len(flights)} running trials checkpoint "
+              f"(up to {grace:g} s)", file=sys.stderr)
+    deadline = time.monotonic() + grace
+    while flights and time.monotonic() < deadline:
+        done = {id(h) for h in engine.wait([f.handle for f in flights.values()], 0.2)}
+        for number, flight in list(flights.items()):
+            if id(flight.handle) in done:
+                del flights[number]
+    for flight in flights.values():
+        # Still running when the engine goes: lost with it, to be resumed
+        # from its checkpoint at once by the next run (no heartbeat to wait out).
+        store.abandon(flight.trial_id)
+
+
+def stop_suspended(store: StudyStore, trial_ids: list[int], stop: dict[str, Any]) -> None:
+    """The study stopped: suspended trials end STOPPED, with their best value so far."""
+    maximize = store.maximize
+    reason = f"stopped: {stop.get('reason')}"
+    for trial_id in trial_ids:
+        trial = store.trial(trial_id)
+        store.record_event(trial_id, "stopped", None, f"the study stopped while suspended ({reason})")
+        store.write_run(trial_id, {**run_of(trial), "suspended": False, "stop_reason": reason})
+        store.finish(trial_id, TrialStatus.STOPPED, best_reported(trial, maximize))
