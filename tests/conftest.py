@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -15,6 +16,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPSS_DOUBLE = Path(__file__).parent / "compss_double"
+# Not test modules: the double must only be importable inside the ``compss``
+# fixture (collecting its docstrings would leave it on sys.path for good).
+collect_ignore = ["compss_double", "engine_driver.py"]
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +71,14 @@ def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra)
         else:
             space[key] = value
     return space
+
+
+def wait_for(condition, timeout: float = 90, what: str = "condition"):
+    """``condition()``'s first true value, polled every 0.1 s for up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -1,4 +1,8 @@
-"""Engines: how trial tasks run (compss, dask, inline), behind one interface."""
+"""Engines: how trial tasks run (compss, dask, inline), behind one interface.
+
+Chosen by name through :data:`hpo.registry.ENGINES` (``make_engine``), or
+passed to ``hpo.run`` as an :class:`Engine` object.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +10,22 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from hpo.engines._base import Engine
+from hpo.engines._compss import CompssEngine, under_compss_runtime
+from hpo.engines._dask import DaskEngine
+from hpo.engines._inline import InlineEngine
+from hpo.engines._machine import visible_gpus
 from hpo.errors import UsageError
+from hpo.registry import ENGINES
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ENGINES", "make_engine", "default_engine_name"]
-
-ENGINES = ("auto", "dask", "compss", "inline")
+__all__ = ["Engine", "DaskEngine", "CompssEngine", "InlineEngine", "make_engine",
+           "default_engine_name", "under_compss_runtime", "visible_gpus"]
 
 
 def default_engine_name() -> str:
     """compss under the COMPSs runtime, else the embedded dask engine."""
-    from hpo.engines._compss import under_compss_runtime
-
     return "compss" if under_compss_runtime() else "dask"
 
 
@@ -28,28 +34,10 @@ def make_engine(name: str, spec: "StudySpec", scheduler: str | None = None,
     """The engine called ``name`` ("auto" picks one), configured for ``spec``."""
     if name == "auto":
         name = default_engine_name()
-    resources = spec.resources
-    if scheduler and name != "dask":
-        raise UsageError(f"--scheduler is for the dask engine, not {name!r}.\n  fix: add --engine dask")
-    if scheduler and workers:
-        raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
-                         "workers are used.\n  fix: drop one of --workers and --scheduler")
-    if name == "dask":
-        from hpo.engines._dask import DaskEngine
-
-        return DaskEngine(scheduler, workers or spec.search.parallel, resources.cpus,
-                          resources.gpus, spec.retries)
-    if name == "compss":
-        if importlib.util.find_spec("pycompss") is None:
-            raise UsageError("the compss engine needs PyCOMPSs, which is not installed here.\n"
-                             "  fix: run under a COMPSs installation (runcompss hpo_main.py SPACE), "
-                             "or use --engine dask")
-        from hpo.engines._compss import CompssEngine
-
-        return CompssEngine(resources.cpus, resources.gpus, resources.memory_gb,
-                            resources.time_limit_s, spec.search.parallel)
-    if name == "inline":
-        from hpo.engines._inline import InlineEngine
-
-        return InlineEngine(spec.retries)
-    raise UsageError(f"unknown engine {name!r}.\n  fix: use one of {', '.join(ENGINES)}")
+    if name not in ENGINES:
+        raise UsageError(f"{ENGINES.unknown(name)}.\n  fix: use auto or one of {', '.join(ENGINES.names)}")
+    if name == "compss" and importlib.util.find_spec("pycompss") is None:
+        raise UsageError("the compss engine needs PyCOMPSs, which is not installed here.\n"
+                         "  fix: run under a COMPSs installation (runcompss hpo_main.py SPACE), "
+                         "or use --engine dask")
+    return ENGINES.factory(name).from_spec(spec, scheduler=scheduler, workers=workers)

@@ -1,19 +1,25 @@
 """The engine interface: how trial tasks run (Parsl's executor shape).
 
 An engine starts, submits trial tasks and returns opaque handles, says which
-handles finished when it can, settles finished ones, cancels, and shuts down.
-Trial outcomes are not passed back through the engine: the worker wrote them
-to the store, which the master reads.
-Nothing outside ``hpo.engines`` imports an engine class directly.
+handles finished, settles finished ones, cancels, and shuts down. Trial
+outcomes are not passed back through the engine: the worker wrote them to the
+store, which the master reads. Engines are chosen by name through
+:data:`hpo.registry.ENGINES`, or passed as objects to ``hpo.run``.
+
+A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hpo.errors import UsageError
 from hpo.trial import TrialTask
+
+if TYPE_CHECKING:
+    from hpo.space import StudySpec
 
 __all__ = ["Engine"]
 
@@ -24,9 +30,18 @@ class Engine(abc.ABC):
     """Runs :func:`hpo.trial.run_trial` for each submitted :class:`TrialTask`."""
 
     name: str = "engine"
-    #: Whether :meth:`wait` knows which tasks finished. COMPSs has no wait-any:
-    #: there the master learns completion from the store instead.
-    reports_completion: bool = True
+
+    @classmethod
+    def from_spec(cls, spec: "StudySpec", *, scheduler: str | None = None,
+                  workers: int | None = None) -> "Engine":
+        """The engine configured for the study ``spec``; ``scheduler`` and
+        ``workers`` are the command line's ``--scheduler`` and ``--workers``,
+        which only some engines take."""
+        if scheduler or workers:
+            flag = "--scheduler" if scheduler else "--workers"
+            raise UsageError(f"{flag} is for the dask engine, not {cls.name!r}.\n"
+                             "  fix: add --engine dask, or drop it")
+        return cls()
 
     def __enter__(self) -> "Engine":
         try:
@@ -54,7 +69,8 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def wait(self, handles: Sequence[Handle], timeout: float) -> list[Handle]:
-        """Block up to ``timeout`` s; return the handles known to be finished."""
+        """Block up to ``timeout`` s until one of ``handles`` is over; return
+        those that are over (finished, failed or cancelled)."""
 
     @abc.abstractmethod
     def settle(self, handle: Handle) -> None:
@@ -63,7 +79,7 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self, handle: Handle) -> None:
-        """Cancel a task that has not started yet."""
+        """Cancel a task that has not started yet (a running one is left to end)."""
 
     def shutdown(self) -> None:
         """Release what :meth:`start` acquired."""

@@ -2,9 +2,9 @@
 
 Kept thin: it declares nothing itself (see ``_compss_tasks``) and only maps the
 engine interface onto ``compss_wait_on``, ``TaskGroup`` and
-``compss_cancel_group``. COMPSs has no wait-any, so ``reports_completion`` is
-False: the master learns that a trial finished from the store, then calls
-``compss_wait_on`` only on futures already known to be finished.
+``compss_cancel_group``. COMPSs has no wait-any, so :meth:`CompssEngine.wait`
+learns from the store which trials are over (their workers wrote it before
+their tasks ended), and ``compss_wait_on`` is only called on those.
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from hpo.engines._base import Engine
+from hpo.store.records import task_done
 from hpo.trial import TrialTask
 
 __all__ = ["CompssEngine", "under_compss_runtime"]
+
+_RETURN_GRACE_S = 0.2
 
 
 def under_compss_runtime() -> bool:
@@ -32,11 +37,17 @@ def under_compss_runtime() -> bool:
     return bool(context.in_pycompss())  # COMPSs 2.x
 
 
+@dataclass(frozen=True, eq=False)
+class _Submitted:
+    group: str
+    future: Any
+    task: TrialTask
+
+
 class CompssEngine(Engine):
     """Trials as PyCOMPSs tasks with @constraint (CPUs, GPUs, memory) and time_out."""
 
     name = "compss"
-    reports_completion = False
 
     def __init__(self, cpus: int = 1, gpus: int = 0, memory_gb: float | None = None,
                  time_limit_s: float | None = None, slots: int | None = None) -> None:
@@ -48,6 +59,13 @@ class CompssEngine(Engine):
         self._slots = slots
         self._tasks = self._api = None
         self._count = itertools.count()
+        self._over_since: dict[_Submitted, float] = {}
+
+    @classmethod
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "CompssEngine":
+        super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
+        res = spec.resources
+        return cls(res.cpus, res.gpus, res.memory_gb, res.time_limit_s, spec.search.parallel)
 
     def start(self) -> None:
         os.environ.update(self._env)  # read by _compss_tasks' decorators, and by the runtime
@@ -60,20 +78,37 @@ class CompssEngine(Engine):
     def slots(self) -> int:
         return self._slots or 1
 
-    def submit(self, task: TrialTask, priority: bool = False):
+    def submit(self, task: TrialTask, priority: bool = False) -> _Submitted:
         # A group per task (not per trial): a trial run in segments has several.
         group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
         function = self._tasks.compss_trial_first if priority else self._tasks.compss_trial
         with self._api.TaskGroup(group, implicit_barrier=False):
             future = function(task)
-        return group, future
+        return _Submitted(group, future, task)
 
-    def wait(self, handles: Sequence, timeout: float) -> list:
-        time.sleep(timeout)  # no wait-any in COMPSs: the caller polls the store
-        return []
+    def wait(self, handles: Sequence[_Submitted], timeout: float) -> list[_Submitted]:
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            for handle in handles:
+                if handle not in self._over_since and self._stored_as_over(handle):
+                    self._over_since[handle] = now
+            # The worker stores the outcome just before its task returns: give
+            # the return a moment, so that compss_wait_on never blocks.
+            done = [h for h in handles if now - self._over_since.get(h, now) >= _RETURN_GRACE_S]
+            if done or now >= deadline:
+                for handle in done:
+                    del self._over_since[handle]
+                return done
+            time.sleep(min(0.1, max(deadline - now, 0.0)))
 
-    def settle(self, handle) -> None:
-        self._api.compss_wait_on(handle[1])  # finished already: the store said so
+    @staticmethod
+    def _stored_as_over(handle: _Submitted) -> bool:
+        task = handle.task
+        return task_done(task.open_store().trial(task.trial_id), task.after_segment)
 
-    def cancel(self, handle) -> None:
-        self._api.compss_cancel_group(handle[0])
+    def settle(self, handle: _Submitted) -> None:
+        self._api.compss_wait_on(handle.future)  # finished already: the store said so
+
+    def cancel(self, handle: _Submitted) -> None:
+        self._api.compss_cancel_group(handle.group)

@@ -8,18 +8,19 @@ are checked against the workers before anything is submitted.
 
 from __future__ import annotations
 
-import os
 import queue
-import subprocess
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 from hpo.engines._base import Engine
-from hpo.errors import EngineError
+from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
+from hpo.errors import EngineError, UsageError
 from hpo.trial import TrialTask, run_trial
 
 __all__ = ["DaskEngine"]
+
+_REMOTE_FIX = "start workers with --resources {resources} on bigger nodes and pass --scheduler"
 
 
 class DaskEngine(Engine):
@@ -39,10 +40,20 @@ class DaskEngine(Engine):
         What each trial needs.
     retries:
         Dask ``retries=`` for a task that raised (infrastructure faults only;
-        user errors are recorded by the trial wrapper, never raised).
+        user errors are recorded by the trial wrapper, never raised). A worker
+        that dies under a task is Dask's ``allowed-failures`` instead.
     """
 
     name = "dask"
+
+    @classmethod
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "DaskEngine":
+        if scheduler and workers:
+            raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
+                             "workers are used.\n  fix: drop one of --workers and --scheduler")
+        resources = spec.resources
+        return cls(scheduler, workers or spec.search.parallel, resources.cpus, resources.gpus,
+                   spec.retries.engine)
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None,
                  cpus: int = 1, gpus: int = 0, retries: int = 0) -> None:
@@ -54,29 +65,8 @@ class DaskEngine(Engine):
         # Done-callbacks feed this queue: completion is learned without a
         # round trip to the scheduler.
         self._done: queue.Queue = queue.Queue()
-        if scheduler is None:
-            self._check_machine()
-
-    def _check_machine(self) -> None:
-        """The embedded cluster runs on this machine: refuse a trial that it can
-        never serve now, before the caller creates a run directory or a study."""
-        from dask.system import CPU_COUNT  # this process's share (affinity, cgroup)
-
-        if self.cpus > CPU_COUNT:
-            raise EngineError(
-                f"$.resources.cpus: the study asks for {self.cpus} CPUs per trial, and this "
-                f"machine gives {CPU_COUNT}.\n  fix: lower \"resources\": {{\"cpus\": ...}} to at "
-                f"most {CPU_COUNT}, or start workers with --resources CPU={self.cpus} on bigger "
-                "nodes and pass --scheduler"
-            )
-        shown = visible_gpus() if self.gpus else []
-        if len(shown) < self.gpus:
-            raise EngineError(
-                f"$.resources.gpus: the study asks for {self.gpus} GPU(s) per trial, and this "
-                f"machine shows {len(shown)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower "
-                "\"resources\": {\"gpus\": ...}, or start workers with --resources GPU=N and "
-                "pass --scheduler"
-            )
+        if scheduler is None:  # the embedded cluster runs on this machine
+            refuse_beyond_this_machine(cpus, gpus, _REMOTE_FIX)
 
     def start(self) -> None:
         from distributed import Client
@@ -179,18 +169,6 @@ class DaskEngine(Engine):
         if self._cluster is not None:
             self._cluster.close()
         self.client = self._cluster = None
-
-
-def visible_gpus() -> list[str]:
-    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's."""
-    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if listed is not None:
-        return [i for i in listed.replace(" ", "").split(",") if i and i != "-1"]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
 def _connect(scheduler: str):

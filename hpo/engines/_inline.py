@@ -2,19 +2,52 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+import heapq
+import itertools
+import threading
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from hpo.engines._base import Engine
+from hpo.engines._machine import refuse_beyond_this_machine
 from hpo.trial import TrialTask, run_trial
+
+__all__ = ["InlineEngine"]
 
 
 class InlineEngine(Engine):
-    """Each submit runs the trial to the end before returning; one slot."""
+    """One slot: a thread of the master process runs queued trials one at a
+    time, priority tasks first. The objective runs beside the master loop, not
+    inside it, so a signal reaches the loop, which stops the study cleanly as
+    on any engine.
+
+    Parameters
+    ----------
+    retries:
+        More runs of a task whose wrapper raised (an infrastructure fault: the
+        store unreachable); user errors are recorded, never raised.
+    """
 
     name = "inline"
 
     def __init__(self, retries: int = 0) -> None:
         self.retries = retries
+        self._queue: list[tuple[int, int, TrialTask, Future]] = []
+        self._order = itertools.count()
+        self._ready = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "InlineEngine":
+        super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
+        refuse_beyond_this_machine(spec.resources.cpus, spec.resources.gpus,
+                                   "use --engine dask with workers offering {resources}")
+        return cls(spec.retries.engine)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._work, name="hpo-inline", daemon=True)
+        self._thread.start()
 
     @property
     def slots(self) -> int:
@@ -22,20 +55,48 @@ class InlineEngine(Engine):
 
     def submit(self, task: TrialTask, priority: bool = False) -> Future:
         future: Future = Future()
+        with self._ready:
+            heapq.heappush(self._queue, (0 if priority else 1, next(self._order), task, future))
+            self._ready.notify()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self._closing:
+                    self._ready.wait()
+                if self._closing:
+                    return
+                _, _, task, future = heapq.heappop(self._queue)
+            if future.set_running_or_notify_cancel():
+                self._run(task, future)
+
+    def _run(self, task: TrialTask, future: Future) -> None:
         for attempt in range(self.retries + 1):
             try:
                 future.set_result(run_trial(task))
-                break
+                return
             except Exception as exc:  # an infrastructure fault (store unreachable...)
                 if attempt == self.retries:
                     future.set_exception(exc)
-        return future
 
-    def wait(self, handles, timeout):
-        return [h for h in handles if h.done()]
+    def wait(self, handles: Sequence[Future], timeout: float) -> list[Future]:
+        done, _ = wait(handles, timeout, return_when=FIRST_COMPLETED) if handles else (set(), None)
+        return [h for h in handles if h in done]
 
     def settle(self, handle: Future) -> None:
-        handle.result()
+        if not handle.cancelled():
+            handle.result()
 
     def cancel(self, handle: Future) -> None:
-        handle.cancel()
+        handle.cancel()  # only a queued task: the running one is left to end
+
+    def shutdown(self) -> None:
+        # A trial still running when the study stops was told to stop (target,
+        # signal) and ends by itself; the thread is a daemon, not waited for.
+        with self._ready:
+            self._closing = True
+            for *_, future in self._queue:
+                future.cancel()
+            self._queue.clear()
+            self._ready.notify()

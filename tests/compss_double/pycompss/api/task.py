@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from concurrent.futures import Future
 
 from pycompss import runtime
 from pycompss.util.context import CONTEXT
@@ -31,7 +32,12 @@ class Task:
             # @constraint sits above @task, so it marked this wrapper.
             constraints = getattr(task_decorator, "__compss_constraints__", {})
             resolved = {k: _resolve_all(v) for k, v in constraints.items()}
-            future = runtime.pool().submit(user_function, *args, **kwargs)
+            if runtime.servable(resolved):
+                future = runtime.pool().submit(self.kwargs.get("priority", False), user_function,
+                                               *args, **kwargs)
+            else:  # COMPSs keeps it Blocked until a worker that can serve it appears
+                future = Future()
+                runtime.blocked.append({"function": name, "constraints": resolved})
             runtime.submitted.append({"function": name, "constraints": resolved, "future": future,
                                       "priority": self.kwargs.get("priority", False)})
             if _current_group:

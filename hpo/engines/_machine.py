@@ -1,0 +1,41 @@
+"""What this machine offers the engines that run trials on it (the embedded
+Dask cluster, the inline engine): its CPU share and its visible GPUs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from hpo.errors import EngineError
+
+__all__ = ["visible_gpus", "refuse_beyond_this_machine"]
+
+
+def visible_gpus() -> list[str]:
+    """The GPU ids this process may use: CUDA_VISIBLE_DEVICES when set, else nvidia-smi's."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [i for i in listed.replace(" ", "").split(",") if i and i != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def refuse_beyond_this_machine(cpus: int, gpus: int, remote_fix: str) -> None:
+    """Refuse a trial this machine can never serve, before the caller creates a
+    run directory or a study; ``remote_fix`` says how to use bigger nodes."""
+    from dask.system import CPU_COUNT  # this process's share (affinity, cgroup)
+
+    if cpus > CPU_COUNT:
+        raise EngineError(
+            f"$.resources.cpus: the study asks for {cpus} CPUs per trial, and this "
+            f"machine gives {CPU_COUNT}.\n  fix: lower \"resources\": {{\"cpus\": ...}} to at "
+            f"most {CPU_COUNT}, or {remote_fix.format(resources=f'CPU={cpus}')}")
+    shown = visible_gpus() if gpus else []
+    if len(shown) < gpus:
+        raise EngineError(
+            f"$.resources.gpus: the study asks for {gpus} GPU(s) per trial, and this "
+            f"machine shows {len(shown)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower "
+            f"\"resources\": {{\"gpus\": ...}}, or {remote_fix.format(resources=f'GPU={gpus}')}")

@@ -1,0 +1,218 @@
+"""What every engine must do, as one suite (after Optuna's ``StorageTestCase``).
+
+A test module joins an engine by subclassing :class:`EngineConformance` and
+supplying a ``kit`` fixture: an :class:`EngineKit` that says how to make the
+engine, run ``hpo`` with it in a child process, and lose a worker under a
+running trial. Every behaviour runs real trials that write a real store.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hpo
+from hpo.engines import Engine
+from hpo.search import create_study
+from hpo.space import StudySpec, parse_spec
+from hpo.store import RunDir, StudyStore, open_storage
+from hpo.store.records import run_of
+from hpo.trial import TrialTask
+from conftest import ROOT, toy_space, wait_for
+
+DRIVER = Path(__file__).with_name("engine_driver.py")
+# Short heartbeats: a restarted master knows a killed one's trial lost in 3 s.
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HPO_HEARTBEAT_S": "1"}
+
+
+class EngineKit(abc.ABC):
+    """How the suite drives one engine; subclasses fill in the engine."""
+
+    slots = 1  # trials the engine runs at once
+
+    @abc.abstractmethod
+    def engine(self, spec: StudySpec) -> Engine:
+        """A fresh engine for ``spec``."""
+
+    def run(self, space: dict[str, Any], runs_dir: Path) -> hpo.StudyResult:
+        """Run ``space`` to its end in this process."""
+        return hpo.run(space, engine=self.engine(parse_spec(space)), runs_dir=runs_dir,
+                       progress=False)
+
+    @abc.abstractmethod
+    def command(self, space_file: Path, runs_dir: Path) -> list[str]:
+        """``hpo run`` of ``space_file`` with this engine, as a child process."""
+
+    def lose_worker(self, space_file: Path, runs_dir: Path, run_dir: Path) -> None:
+        """Run the study and kill the process running its trial once it has
+        reported 3 steps; return when the study has completed. Where trials
+        run inside the master, the master dies with it and runs again."""
+        study = subprocess.Popen(self.command(space_file, runs_dir), env=CHILD_ENV)
+        wait_for(lambda: running_pid(run_dir, steps=3), what="3 reported steps")
+        study.kill()
+        assert study.wait(timeout=60) == -signal.SIGKILL
+        again = subprocess.run(self.command(space_file, runs_dir), env=CHILD_ENV, timeout=180,
+                               capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+
+
+class EngineConformance:
+    """The behaviours; each runs with the subclass's ``kit``."""
+
+    def test_a_study_completes(self, kit: EngineKit, tmp_path):
+        result = kit.run(toy_space("complete", search={"parallel": kit.slots}), tmp_path)
+        assert result.counts["COMPLETE"] == 8 == len(result.trials)
+        assert result.best.params == {"x": 2, "y": -1} and result.best.value == 0.0
+        assert {tuple(sorted(t.params.items())) for t in result.trials} == {
+            (("x", x), ("y", y)) for x in range(4) for y in (-1, 0)}  # each configuration once
+        assert all(t.steps == 3 and t.attempt == 1 and t.host for t in result.trials)
+
+    def test_resources_no_worker_offers_are_refused_before_anything_starts(self, kit, tmp_path):
+        space = toy_space("toobig", resources={"gpus": 64})
+        with pytest.raises(hpo.EngineError, match=r"resources.*64|64.*GPU"):
+            kit.run(space, tmp_path)
+        run_dir = tmp_path / "toobig"
+        assert not (run_dir / "journal.log").exists() or hpo.StudyResult.load(run_dir).trials == []
+
+    def test_a_queued_task_is_cancelled(self, kit, tmp_path):
+        spec = parse_spec(toy_space("cancel", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
+                                    space={"x": list(range(kit.slots + 2))}))
+        tasks = stored_tasks(spec, tmp_path / "cancel")
+        with kit.engine(spec) as engine:
+            handles = [engine.submit(task) for task in tasks]
+            engine.cancel(handles[-1])  # queued behind a full set of running tasks
+            settle_all(engine, handles[:-1])
+            time.sleep(1.0)  # time enough to start it, were it not cancelled
+        ran = {t.number: bool(run_of(t)) for t in RunDir(tmp_path / "cancel").open_store().trials()}
+        assert ran == {task.number: task is not tasks[-1] for task in tasks}
+
+    def test_a_priority_task_goes_ahead_of_queued_ones(self, kit, tmp_path):
+        spec = parse_spec(toy_space("priority", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
+                                    space={"x": list(range(kit.slots + 3))}))
+        tasks = stored_tasks(spec, tmp_path / "priority")
+        busy, queued, urgent = tasks[:kit.slots], tasks[kit.slots:-1], tasks[-1]
+        with kit.engine(spec) as engine:
+            handles = [engine.submit(task) for task in busy + queued]
+            handles.append(engine.submit(urgent, priority=True))
+            settle_all(engine, handles)
+        store = RunDir(tmp_path / "priority").open_store()
+        started = {t.number: run_of(t)["attempt_started_at"] for t in store.trials()}
+        assert started[urgent.number] < min(started[t.number] for t in queued)
+
+    def test_a_task_lost_with_its_worker_is_resumed(self, kit, tmp_path):
+        space = toy_space("lost", "hpo.examples.toy:curve", fixed={"steps": 10, "step_s": 0.3},
+                          search={"parallel": 1}, space={"quality": [1.0]})
+        space_file = write_space(tmp_path, space)
+        kit.lose_worker(space_file, tmp_path / "runs", tmp_path / "runs" / "lost")
+        (trial,) = hpo.StudyResult.load(tmp_path / "runs" / "lost").trials  # counted once
+        assert trial.state is hpo.TrialStatus.COMPLETE and trial.attempt == 2
+        (retried,) = [e for e in trial.events if e["kind"] == "retried"]
+        assert "lost with its worker" in retried["reason"]
+        assert trial.steps == 10 and trial.metrics["value"] == pytest.approx(1 - 2.718281828 ** -5)
+
+    def test_a_trial_past_its_time_limit_times_out_and_the_study_goes_on(self, kit, tmp_path):
+        space = toy_space("limit", "hpo.examples.toy:sleep", resources={"time_limit_s": 6},
+                          search={"parallel": kit.slots}, space={"sleep_s": [0.1, 60.0]})
+        began = time.monotonic()
+        result = kit.run(space, tmp_path)
+        by_sleep = {t.params["sleep_s"]: t for t in result.trials}
+        assert by_sleep[0.1].state is hpo.TrialStatus.COMPLETE
+        assert by_sleep[60.0].state is hpo.TrialStatus.TIMEOUT and "time_limit_s=6" in by_sleep[60.0].error
+        assert time.monotonic() - began < 50  # the child was killed, not waited for
+
+    def test_a_target_stop_ends_the_study_and_stops_running_trials(self, kit, tmp_path):
+        # The fastest trial reaches the target; those running beside it stop at
+        # their next report, those queued behind it are cancelled or stop at once.
+        space = toy_space("target", "hpo.examples.toy:curve", metric={"target": 0.9},
+                          fixed={"steps": 12, "quality": 0.95, "rate": 2.0},
+                          search={"parallel": kit.slots}, space={"step_s": [0.05, 0.3, 0.32, 0.34]})
+        result = kit.run(space, tmp_path)
+        assert result.stop["reason"] == "target" and result.stop["trial"] == 0
+        first, *others = sorted(result.trials, key=lambda t: t.number)
+        assert first.state is hpo.TrialStatus.COMPLETE and first.steps == 12
+        assert others and all(t.state in (hpo.TrialStatus.STOPPED, hpo.TrialStatus.CANCELLED)
+                              and t.steps < 12 for t in others)
+
+    def test_a_clean_stop_suspends_running_trials_and_the_same_command_resumes(self, kit, tmp_path):
+        space = toy_space("clean", "hpo.examples.toy:curve", fixed={"steps": 8, "step_s": 0.4},
+                          search={"parallel": kit.slots}, space={"quality": [1.0, 0.9, 0.8]})
+        space_file, runs, run_dir = write_space(tmp_path, space), tmp_path / "runs", tmp_path / "runs" / "clean"
+        study = subprocess.Popen(kit.command(space_file, runs), env=CHILD_ENV,
+                                 stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: running_pid(run_dir, steps=2), what="2 reported steps")
+        study.send_signal(signal.SIGTERM)
+        _, stderr = study.communicate(timeout=60)
+        assert study.returncode == 143 and "run the same command again to resume" in stderr
+        stopped = hpo.StudyResult.load(run_dir)
+        suspended = [t for t in stopped.trials if t.state is hpo.TrialStatus.SUSPENDED]
+        assert suspended and all(t.events[-1]["kind"] == "suspended" for t in suspended)
+        assert not [t for t in stopped.trials if t.state is hpo.TrialStatus.RUNNING]
+
+        again = subprocess.run(kit.command(space_file, runs), env=CHILD_ENV, timeout=180,
+                               capture_output=True, text=True)
+        assert again.returncode == 0, again.stderr
+        result = hpo.StudyResult.load(run_dir)
+        complete = sorted(t.params["quality"] for t in result.trials if t.state is hpo.TrialStatus.COMPLETE)
+        assert complete == [0.8, 0.9, 1.0]  # each configuration once; queued ones were cancelled
+        assert result.counts["COMPLETE"] + result.counts["CANCELLED"] == len(result.trials)
+        for trial in (t for t in result.trials if t.number in {s.number for s in suspended}):
+            assert trial.attempt == 1 and trial.steps == 8  # resumed as itself, every step once
+            assert [e["kind"] for e in trial.events] == ["suspended", "resumed"]
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def stored_tasks(spec: StudySpec, run_path: Path) -> list[TrialTask]:
+    """One stored trial and its task per grid point of ``spec``, as the master makes them."""
+    run_dir = RunDir(run_path)
+    url = run_dir.create(spec.to_dict(), None)
+    store = StudyStore.of(create_study(spec, open_storage(url)))
+    tasks = []
+    for params in spec.grid():
+        trial_id, number = store.create_trial(params, spec.distributions())
+        tasks.append(TrialTask.for_trial(spec, run_dir, url, number, trial_id, params))
+    return tasks
+
+
+def settle_all(engine: Engine, handles: list, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(handles)
+    while pending:
+        assert time.monotonic() < deadline, "tasks did not finish"
+        for handle in engine.wait(pending, 0.5):
+            engine.settle(handle)
+            pending.remove(handle)
+
+
+def write_space(folder: Path, space: dict[str, Any]) -> Path:
+    path = folder / "space.json"
+    path.write_text(json.dumps(space))
+    return path
+
+
+def running_pid(run_dir: Path, steps: int) -> int | None:
+    """The process running a trial that has reported ``steps`` steps, if any."""
+    try:
+        trials = RunDir(run_dir).open_store().trials()
+    except (hpo.UsageError, KeyError, ValueError):
+        return None  # not created yet
+    for trial in trials:
+        run = run_of(trial)
+        if run and not trial.state.is_finished() and len(trial.intermediate_values) >= steps:
+            return run["pid"]
+    return None
+
+
+def child_command(*args: str) -> list[str]:
+    """``hpo`` run through the test driver (which can stand the COMPSs double up)."""
+    return [sys.executable, str(DRIVER), *args]

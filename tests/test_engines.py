@@ -1,0 +1,99 @@
+"""Every engine through the conformance suite (tests/engine_conformance.py):
+inline, Dask with several worker processes, and COMPSs' test double."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpo.engines import CompssEngine, DaskEngine, InlineEngine
+from conftest import wait_for
+from engine_conformance import CHILD_ENV, EngineConformance, EngineKit, child_command, running_pid
+
+
+class InlineKit(EngineKit):
+    slots = 1
+
+    def engine(self, spec):
+        return InlineEngine.from_spec(spec)
+
+    def command(self, space_file: Path, runs_dir: Path) -> list[str]:
+        return child_command("run", str(space_file), "--engine", "inline", "--quiet",
+                             "--runs-dir", str(runs_dir))
+
+
+class DaskKit(EngineKit):
+    """The session's cluster: 2 worker processes, 1 thread and CPU=1 each."""
+
+    slots = 2
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def engine(self, spec):
+        return DaskEngine.from_spec(spec, scheduler=self.address)
+
+    def command(self, space_file: Path, runs_dir: Path, address: str | None = None) -> list[str]:
+        return child_command("run", str(space_file), "--engine", "dask", "--quiet",
+                             "--scheduler", address or self.address, "--runs-dir", str(runs_dir))
+
+    def lose_worker(self, space_file: Path, runs_dir: Path, run_dir: Path) -> None:
+        """A worker process dies under the trial; Dask runs its task on another."""
+        from distributed import LocalCluster
+
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=":0", resources={"CPU": 1}) as cluster:
+            study = subprocess.Popen(self.command(space_file, runs_dir, cluster.scheduler_address),
+                                     env=CHILD_ENV)
+            os.kill(wait_for(lambda: running_pid(run_dir, steps=3), what="3 reported steps"),
+                    signal.SIGKILL)
+            assert study.wait(timeout=120) == 0
+
+
+class CompssKit(EngineKit):
+    """The PyCOMPSs double in master mode, 2 worker slots."""
+
+    slots = 2
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+        runtime.start(n_workers=self.slots)
+
+    def engine(self, spec):
+        return CompssEngine.from_spec(spec)
+
+    def command(self, space_file: Path, runs_dir: Path) -> list[str]:
+        return child_command("--compss-double", str(self.slots), "run", str(space_file),
+                             "--engine", "compss", "--quiet", "--runs-dir", str(runs_dir))
+
+
+class TestInline(EngineConformance):
+    @pytest.fixture
+    def kit(self):
+        return InlineKit()
+
+
+class TestDask(EngineConformance):
+    @pytest.fixture
+    def kit(self, dask_address):
+        return DaskKit(dask_address)
+
+
+class TestCompss(EngineConformance):
+    @pytest.fixture
+    def kit(self, compss, monkeypatch):
+        for name in ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S"):
+            monkeypatch.setenv(name, "")  # the engine exports these; monkeypatch restores them
+        return CompssKit(compss)
+
+    # The runtime keeps such a task Blocked for ever (as the double does) and
+    # tells the application nothing of its workers' resources: the study waits.
+    @pytest.mark.timeout(30)
+    @pytest.mark.xfail(strict=True, reason="COMPSs gives the application no view of its "
+                       "workers' resources to refuse a trial against")
+    def test_resources_no_worker_offers_are_refused_before_anything_starts(self, kit, tmp_path):
+        super().test_resources_no_worker_offers_are_refused_before_anything_starts(kit, tmp_path)
