@@ -3,9 +3,12 @@
 A JSON search space becomes trial tasks run by COMPSs or Dask, with every
 report stored durably in an Optuna storage.
 
->>> import hpo
->>> result = hpo.run("search_spaces/digits_quick.json")   # doctest: +SKIP
->>> print(result.table())                                  # doctest: +SKIP
+>>> import hpo, tempfile
+>>> result = hpo.run({"objective": "hpo.examples.toy:quadratic", "metric": {"name": "value"},
+...                   "space": {"x": [1, 2, 3], "y": [-1, 0]}},
+...                  engine="inline", runs_dir=tempfile.mkdtemp(), progress=False)
+>>> result.best.params, result.counts["COMPLETE"]
+({'x': 2, 'y': -1}, 6)
 """
 
 from hpo.api import run
