@@ -18,8 +18,8 @@ journal (SQLite locking over NFS is unreliable).
 from hpo.store import records
 from hpo.store._files import write_atomically
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
-from hpo.store._study import StudyStore, open_storage
+from hpo.store._study import StudyStore, open_storage, open_study_store
 from hpo.store.records import TrialStatus
 
-__all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
-           "JOURNAL_FILE"]
+__all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "open_study_store",
+           "write_atomically", "JOURNAL_FILE"]

@@ -21,7 +21,7 @@ from hpo.store.records import (
     event_key, event_record, report_key, run_of,
 )
 
-__all__ = ["StudyStore", "open_storage"]
+__all__ = ["StudyStore", "open_storage", "open_study_store"]
 
 
 @lru_cache(maxsize=8)
@@ -38,6 +38,13 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+
+
+@lru_cache(maxsize=8)
+def open_study_store(url: str, name: str) -> "StudyStore":
+    """The store of study ``name`` behind ``url``, made once per process (each
+    lookup of a study by name re-reads the journal's new lines)."""
+    return StudyStore(open_storage(url), name)
 
 
 class StudyStore:

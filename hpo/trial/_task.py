@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from hpo.store import RunDir, StudyStore, open_storage
+from hpo.store import RunDir, StudyStore, open_study_store
 from hpo.store.records import (
     RunRecord, TrialStatus, end_run, grouped_attrs, last_sign_of_life, run_of,
     segment_key, segment_record, start_run, status_of,
@@ -98,7 +98,7 @@ class TrialTask:
         )
 
     def open_store(self) -> StudyStore:
-        return StudyStore(open_storage(self.storage), self.study_name)
+        return open_study_store(self.storage, self.study_name)
 
 
 @dataclass(frozen=True)
