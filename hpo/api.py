@@ -10,7 +10,7 @@ import optuna
 
 from hpo.control import Controller
 from hpo.engines import Engine, make_engine
-from hpo.errors import EngineError
+from hpo.errors import EngineError, UsageError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
@@ -98,8 +98,7 @@ def run(
                    objective=objective if isinstance(objective, str) else None)
     resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
     try:
-        chosen = engine if isinstance(engine, Engine) else \
-            make_engine(engine, spec, scheduler=scheduler, workers=workers)
+        chosen = _engine(engine, spec, scheduler, workers)
         run_dir = RunDir(Path(runs_dir) / spec.name)
         record = spec.to_dict()
         record["objective"] = reference_of(objective or spec.objective)
@@ -110,3 +109,14 @@ def run(
         return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
+
+
+def _engine(engine: str | Engine, spec: StudySpec, scheduler: str | None,
+            workers: int | None) -> Engine:
+    if not isinstance(engine, Engine):
+        return make_engine(engine, spec, scheduler=scheduler, workers=workers)
+    if scheduler or workers:  # they would be ignored: refuse rather than surprise
+        raise UsageError("scheduler= and workers= configure an engine chosen by name; the "
+                         f"{engine.name} engine object passed is configured already.\n"
+                         "  fix: drop them, or set them on the engine object")
+    return engine

@@ -104,7 +104,7 @@ class Controller:
                     break
             if not self._in_flight:
                 break
-            for number in self._finished():
+            for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):
                 trial = lifecycle.collect(store, self.engine, self._in_flight.pop(number))
                 state, value = status_of(trial), trial.value if trial.values else None
                 if state is TrialStatus.SUSPENDED:
@@ -169,12 +169,6 @@ class Controller:
         if parallel < self.engine.slots:
             return 0
         return parallel if self.spec.search.algorithm in ("grid", "random") else 1
-
-    def _finished(self) -> list[int]:
-        """Numbers of in-flight trials whose task is over."""
-        numbers = list(self._in_flight)
-        done = {id(h) for h in self.engine.wait([self._in_flight[n].handle for n in numbers], _POLL_S)}
-        return [n for n in numbers if id(self._in_flight[n].handle) in done]
 
     def _reached_target(self, state: TrialStatus, value: float | None) -> bool:
         target = self.spec.metric.target

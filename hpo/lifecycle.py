@@ -33,7 +33,7 @@ from hpo.store.records import (
 from hpo.trial import TrialTask, heartbeat_s
 
 __all__ = [
-    "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "collect", "stop",
+    "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
     "cancel_pending", "suspend_running", "stop_suspended",
 ]
 
@@ -94,6 +94,13 @@ def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
 # -- while the study runs ----------------------------------------------------------
 
 
+def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
+    """The numbers of the in-flight trials whose task is over (waits up to ``timeout`` s)."""
+    done = {id(h) for h in engine.wait([f.handle for f in flights.values()], timeout)}
+    return [number for number, flight in flights.items() if id(flight.handle) in done]
+
+
+
 def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
     """Gather a finished task; the trial as stored. A task the engine could not
     run to its end (a worker lost too often...) leaves its trial FAILED."""
@@ -137,10 +144,8 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
               f"(up to {grace:g} s)", file=sys.stderr)
     deadline = time.monotonic() + grace
     while flights and time.monotonic() < deadline:
-        done = {id(h) for h in engine.wait([f.handle for f in flights.values()], 0.2)}
-        for number, flight in list(flights.items()):
-            if id(flight.handle) in done:
-                del flights[number]
+        for number in finished(engine, flights, 0.2):
+            del flights[number]
     for flight in flights.values():
         # Still running when the engine goes: lost with it, to be resumed
         # from its checkpoint at once by the next run (no heartbeat to wait out).

@@ -31,7 +31,7 @@ import optuna
 
 from hpo.registry import POLICIES
 from hpo.store import StudyStore
-from hpo.store.records import TrialStatus, best_reported, grouped_attrs, status_of
+from hpo.store.records import SegmentRecord, TrialStatus, best_reported, grouped_attrs, status_of
 
 __all__ = [
     "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "make_policy", "waiting_of",
@@ -103,8 +103,8 @@ def waiting_of(trial: optuna.trial.FrozenTrial, base_steps: int, milestones: Seq
     if status_of(trial) is TrialStatus.RUNNING:  # lost: goes first
         return Waiting(trial.number, trial_id, since=0.0, convergence=math.inf,
                        segment_steps=base_steps)
-    losses = _segment_losses(trial, maximize)
     segments = grouped_attrs(trial).segments
+    losses = _segment_losses(trial, segments, maximize)
     return Waiting(
         number=trial.number, trial_id=trial_id,
         since=segments[-1]["ended_at"] if segments else 0.0,
@@ -113,12 +113,13 @@ def waiting_of(trial: optuna.trial.FrozenTrial, base_steps: int, milestones: Seq
     )
 
 
-def _segment_losses(trial: optuna.trial.FrozenTrial, maximize: bool) -> list[list[float]]:
+def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecord],
+                    maximize: bool) -> list[list[float]]:
     """The losses (the metric, negated when maximised) of each segment, in order."""
     values = trial.intermediate_values
     sign = -1.0 if maximize else 1.0
     losses = []
-    for segment in grouped_attrs(trial).segments:
+    for segment in segments:
         first, last = segment.get("first_step"), segment.get("last_step")
         if first is not None:
             losses.append([sign * values[s] for s in range(first, last + 1) if s in values])

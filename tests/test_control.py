@@ -45,6 +45,9 @@ def test_run_takes_an_engine_object(tmp_path):
     engine = InlineEngine()
     result = hpo.run(toy_space("object"), engine=engine, runs_dir=tmp_path, progress=False)
     assert result.counts["COMPLETE"] == 8 and engine._thread is not None  # this engine ran them
+    with pytest.raises(hpo.UsageError, match="configured already"):  # not silently ignored
+        hpo.run(toy_space("object"), engine=InlineEngine(), workers=2, runs_dir=tmp_path,
+                progress=False)
 
 
 class CountingSampler(optuna.samplers.RandomSampler):

@@ -73,7 +73,10 @@ class RunDir:
     def storage_url(self) -> str:
         """The storage URL, with the default journal as an absolute path
         (workers on other nodes run in other directories)."""
-        url = self.read()["storage"]
+        return self._url(self.read())
+
+    def _url(self, info: dict[str, Any]) -> str:
+        url = info["storage"]
         return url if "://" in url else str((self.path / url).resolve())
 
     def read(self) -> dict[str, Any]:
@@ -87,8 +90,8 @@ class RunDir:
     def open_store(self, read_only: bool = False) -> StudyStore:
         """The study's store; ``read_only`` never creates or changes anything
         (the dashboard), and refuses a store that is missing."""
-        url = self.storage_url()
-        name = self.read()["spec"]["name"]
+        info = self.read()
+        url, name = self._url(info), info["spec"]["name"]
         storage = _open_read_only(url, self.path) if read_only else open_storage(url)
         try:
             return StudyStore(storage, name)
