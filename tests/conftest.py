@@ -56,6 +56,9 @@ def _forget_compss() -> None:
     for name in list(sys.modules):
         if name.startswith("pycompss") or name == "hpo.engines._compss_tasks":
             del sys.modules[name]
+    import hpo.engines
+
+    vars(hpo.engines).pop("_compss_tasks", None)  # the package keeps its submodule too
 
 
 def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra) -> dict:

@@ -1,84 +1,70 @@
-"""State of the fake runtime (not a real pycompss module; tests drive it)."""
+"""State of the fake runtime (not a real pycompss module; tests drive it).
+
+What it does as the COMPSs 3.3 runtime does (see ``../README.md`` for the
+source files behind each point):
+
+- ``start`` reads the environment once: ``"$VAR"`` constraint values resolve
+  from that copy, and an unresolved one silently becomes the default;
+- worker nodes each offer ``cpus_per_node`` CPUs and ``gpus_per_node`` GPUs; a
+  task runs on a node with enough free units, and as many run at once as fit;
+  a task no node can ever serve stays blocked;
+- a top-level ``computing_units`` and a CPU entry in ``processors`` add up;
+- a task that raises is retried (``RETRY``: on the same node, then on
+  another), and one that still fails ends the application, as ``FAIL`` does;
+  ``IGNORE`` gives its future None;
+- ``time_out`` and cancelling a running task raise ``TimeOutError`` and
+  ``CancelError`` inside it, wherever it is;
+- ``compss_get_number_of_resources`` counts nodes.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import heapq
 import itertools
 import os
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from pycompss.util.context import CONTEXT
+from pycompss.util.exceptions import CancelError, TimeOutError
 
 declared: dict[str, dict] = {}   # function name -> {"task": kwargs, "constraint": kwargs}
 submitted: list[dict] = []        # one entry per task call in master mode
 groups: dict[str, list] = {}
 waited_unfinished = 0             # compss_wait_on calls on futures not yet done
-workers = 2
-worker_cpus, worker_gpus = 4, 0   # what each worker node offers (resources.xml)
-blocked: list[dict] = []          # tasks no worker can serve: they never run, as in COMPSs
-_pool: "_Pool | None" = None
+nodes = 2
+cpus_per_node, gpus_per_node = 4, 0   # what each worker node offers (resources.xml)
+environment: dict[str, str] = {}  # the environment the runtime read when it started
+blocked: list[dict] = []          # tasks no node can serve: they never run, as in COMPSs
+ended: str | None = None          # why the application ended (a task failed for good)
+_scheduler: "_Scheduler | None" = None
 
 
-class _Pool:
-    """Worker slots that take queued tasks as the runtime does: a task
-    declared with priority=True goes ahead of those already waiting."""
-
-    def __init__(self, slots: int) -> None:
-        self._queue: list = []
-        self._order = itertools.count()
-        self._ready = threading.Condition()
-        self._closing = False
-        self._threads = [threading.Thread(target=self._work, daemon=True) for _ in range(slots)]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(self, priority: bool, function, *args, **kwargs) -> Future:
-        future: Future = Future()
-        with self._ready:
-            heapq.heappush(self._queue, (0 if priority else 1, next(self._order), function, args,
-                                         kwargs, future))
-            self._ready.notify()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            with self._ready:
-                while not self._queue and not self._closing:
-                    self._ready.wait()
-                if self._closing and not self._queue:
-                    return
-                *_, function, args, kwargs, future = heapq.heappop(self._queue)
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(function(*args, **kwargs))
-                except BaseException as exc:  # noqa: BLE001 - the task failed
-                    future.set_exception(exc)
-
-    def shutdown(self) -> None:
-        with self._ready:
-            for entry in self._queue:
-                entry[-1].cancel()
-            self._queue.clear()
-            self._closing = True
-            self._ready.notify_all()
-        for thread in self._threads:
-            thread.join()
+class ApplicationEnded(BaseException):
+    """The runtime ended the application (``ErrorManager.error``): under the
+    real runtime the process exits; here every later API call raises this."""
 
 
-def start(n_workers: int = 2, cpus: int = 4, gpus: int = 0) -> None:
-    global workers, worker_cpus, worker_gpus, _pool
-    workers, worker_cpus, worker_gpus = n_workers, cpus, gpus
-    _pool = _Pool(n_workers)
+def start(nodes: int = 2, cpus_per_node: int = 4, gpus_per_node: int = 0) -> None:
+    """Start the runtime in master mode, as ``runcompss`` does before the program runs."""
+    global environment, ended, _scheduler
+    globals().update(nodes=nodes, cpus_per_node=cpus_per_node, gpus_per_node=gpus_per_node)
+    environment = dict(os.environ)
+    ended = None
+    _scheduler = _Scheduler(nodes, cpus_per_node, gpus_per_node)
     CONTEXT.where = CONTEXT.master
 
 
 def stop() -> None:
-    global _pool, waited_unfinished
+    global _scheduler, waited_unfinished, ended
     waited_unfinished = 0
-    if _pool is not None:
-        _pool.shutdown()
-    _pool = None
+    if _scheduler is not None:
+        _scheduler.shutdown()
+    _scheduler = None
+    ended = None
     CONTEXT.where = CONTEXT.out_of_scope
     declared.clear()
     blocked.clear()
@@ -86,29 +72,202 @@ def stop() -> None:
     groups.clear()
 
 
-def pool() -> _Pool:
-    return _pool
+def scheduler() -> "_Scheduler":
+    check_alive()
+    return _scheduler
 
 
-def servable(constraints: dict) -> bool:
-    """Whether some worker offers what resolved ``constraints`` ask for."""
+def check_alive() -> None:
+    if ended is not None:
+        raise ApplicationEnded(ended)
+
+
+# -- constraints -----------------------------------------------------------------
+
+
+def resolve(value: Any) -> Any:
+    """A ``"$VAR"`` value from the environment as it was at start; None if unset."""
+    if isinstance(value, str) and value.startswith("$"):
+        return environment.get(value[1:])
+    return value
+
+
+def describe(constraints: dict) -> dict:
+    """What a task asks for, as the runtime's parser adds it up (unresolved
+    values are defaults: 1 CPU, no memory limit, a GPU processor of 0 units)."""
     keys = {key.replace("_", "").lower(): value for key, value in constraints.items()}
-    cpus = int(keys.get("computingunits", 1))
+    cpus = _units(resolve(keys.get("computingunits")))
     gpus = 0
     for processor in keys.get("processors", []):
-        units = int(processor.get("computingUnits", 1))
+        units = _units(resolve(processor.get("computingUnits", 1)))
         if processor.get("processorType") == "GPU":
             gpus += units
-        else:
+        elif processor.get("processorType") == "CPU":
             cpus += units
-    return cpus <= worker_cpus and gpus <= worker_gpus
+    memory = resolve(keys.get("memorysize"))
+    return {"cpus": max(cpus, 1), "gpus": gpus,
+            "memory_gb": float(memory) if memory not in (None, "") else None}
 
 
-def resolve(value):
-    """'$VAR' values are read from the environment by the runtime."""
-    if isinstance(value, str) and value.startswith("$"):
-        name = value[1:]
-        if name not in os.environ:
-            raise RuntimeError(f"COMPSs: environment variable {name} of a constraint is not set")
-        return os.environ[name]
-    return value
+def _units(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+# -- the scheduler -----------------------------------------------------------------
+
+
+@dataclass
+class _Node:
+    index: int
+    cpus: int
+    gpus: int
+
+    def fits(self, demand: dict) -> bool:
+        return demand["cpus"] <= self.cpus and demand["gpus"] <= self.gpus
+
+    def take(self, demand: dict, sign: int = 1) -> None:
+        self.cpus -= sign * demand["cpus"]
+        self.gpus -= sign * demand["gpus"]
+
+
+@dataclass(eq=False)
+class _Job:
+    name: str
+    function: Callable
+    args: tuple
+    options: dict  # the @task keywords
+    demand: dict
+    future: Future = field(default_factory=Future)
+    attempts: int = 0
+    node: "_Node | None" = None
+    thread_id: int | None = None
+    running: bool = False
+    cancelled: bool = False
+
+
+class _Scheduler:
+    """Queued jobs start on a node with free units; a priority job goes first."""
+
+    def __init__(self, count: int, cpus: int, gpus: int) -> None:
+        self._nodes = [_Node(i, cpus, gpus) for i in range(count)]
+        self._capacity = _Node(-1, cpus, gpus)  # what an idle node offers
+        self._jobs: list[_Job] = []  # queued or running
+        self._queue: list = []
+        self._order = itertools.count()
+        self._lock = threading.RLock()
+        self._closing = False
+
+    def submit(self, name: str, function: Callable, args: tuple, options: dict,
+               demand: dict) -> Future:
+        job = _Job(name, function, args, options, demand)
+        if not self._capacity.fits(demand):
+            blocked.append({"function": name, "resources": demand})
+            return job.future  # COMPSs keeps it Blocked until such a node appears
+        with self._lock:
+            self._jobs.append(job)
+        self._enqueue(job)
+        return job.future
+
+    def _enqueue(self, job: _Job) -> None:
+        with self._lock:
+            first = 0 if job.options.get("priority", False) else 1
+            heapq.heappush(self._queue, (first, next(self._order), job))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            if self._closing:
+                return
+            waiting = []
+            while self._queue:
+                entry = heapq.heappop(self._queue)
+                job = entry[2]
+                if job.cancelled:
+                    continue
+                node = next((n for n in self._nodes if n.fits(job.demand)), None)
+                if node is None:
+                    waiting.append(entry)
+                    continue
+                node.take(job.demand)
+                job.node, job.running = node, True
+                threading.Thread(target=self._run, args=(job,), daemon=True).start()
+            for entry in waiting:
+                heapq.heappush(self._queue, entry)
+
+    def _run(self, job: _Job) -> None:
+        job.thread_id = threading.get_ident()
+        timer = None
+        if job.options.get("time_out"):
+            timer = threading.Timer(job.options["time_out"], self.interrupt, (job, TimeOutError))
+            timer.start()
+        try:
+            try:
+                outcome, error = job.function(*job.args), None
+            finally:
+                with self._lock:
+                    job.running = False
+                if timer is not None:
+                    timer.cancel()
+        except BaseException as exc:  # noqa: BLE001 - the task failed (or was interrupted)
+            outcome, error = None, exc
+        with self._lock:
+            job.node.take(job.demand, sign=-1)
+            self._jobs.remove(job)
+        if job.cancelled:
+            job.future.cancel() or job.future.set_result(None)
+        elif error is None:
+            job.future.set_result(outcome)
+        else:
+            self._failed(job, error)
+        self._dispatch()
+
+    def _failed(self, job: _Job, error: BaseException) -> None:
+        policy = job.options.get("on_failure", "RETRY")
+        if policy in ("IGNORE", "CANCEL_SUCCESSORS"):
+            job.future.set_result(None)  # the worker returns the defaults
+            return
+        job.attempts += 1
+        if policy == "RETRY" and job.attempts < 3:  # the same node, then another
+            with self._lock:
+                self._jobs.append(job)
+            self._enqueue(job)
+            return
+        end_application(f"task {job.name} failed after {job.attempts} attempt(s): "
+                        f"{type(error).__name__}: {error}")
+        job.future.set_exception(ApplicationEnded(ended))
+
+    def interrupt(self, job: _Job, kind: type[BaseException]) -> None:
+        """Raise ``kind`` inside the running job, as the worker's signal handler does."""
+        with self._lock:
+            if job.running and job.thread_id is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(job.thread_id), ctypes.py_object(kind))
+
+    def cancel(self, future: Future) -> None:
+        with self._lock:
+            for job in list(self._jobs):
+                if job.future is future:
+                    job.cancelled = True
+                    if job.running:
+                        self.interrupt(job, CancelError)
+                    else:
+                        self._jobs.remove(job)
+                        future.cancel()
+            self._queue = [e for e in self._queue if not e[2].cancelled]
+            heapq.heapify(self._queue)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closing = True
+            for entry in self._queue:
+                entry[2].future.cancel()
+            self._queue.clear()
+
+
+
+def end_application(reason: str) -> None:
+    global ended
+    ended = reason

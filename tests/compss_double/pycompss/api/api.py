@@ -10,6 +10,7 @@ from pycompss.util.context import CONTEXT
 
 
 def compss_wait_on(*args, **kwargs):
+    runtime.check_alive()
     # hpo must only wait on finished futures (COMPSs has no wait-any): count the others.
     runtime.waited_unfinished += sum(isinstance(a, Future) and not a.done() for a in args)
     values = [a.result() if isinstance(a, Future) else a for a in args]
@@ -17,17 +18,21 @@ def compss_wait_on(*args, **kwargs):
 
 
 def compss_barrier(no_more_tasks: bool = False) -> None:
+    runtime.check_alive()
     for entry in runtime.submitted:
         entry["future"].exception()
 
 
 def compss_get_number_of_resources() -> int:
-    return runtime.workers if CONTEXT.in_pycompss() else 1
+    """Worker nodes, not task slots (ResourceManager.getTotalNumberOfWorkers)."""
+    runtime.check_alive()
+    return runtime.nodes if CONTEXT.in_pycompss() else 1
 
 
 def compss_cancel_group(group_name: str) -> None:
+    """Queued tasks of the group are dropped; running ones see CancelError raised inside them."""
     for future in runtime.groups.get(group_name, []):
-        future.cancel()
+        runtime.scheduler().cancel(future)
 
 
 class TaskGroup:

@@ -23,14 +23,21 @@ def _check(kwargs: dict) -> None:
     for key, value in kwargs.items():
         if key.replace("_", "").lower() not in _KNOWN:
             raise RuntimeError(f"COMPSs aborts: unknown constraint {key!r}")
-        if isinstance(value, float):
-            raise RuntimeError(f"COMPSs aborts: constraint {key}={value!r} must be an int or a string")
+        _literal(key, value)
     for processor in kwargs.get("processors", []):
         unknown = set(processor) - _PROCESSOR_KEYS
         if unknown:
             raise RuntimeError(f"COMPSs aborts: unknown processor keys {sorted(unknown)}")
+        for key, value in processor.items():
+            _literal(key, value)
         if processor.get("processorType") not in ("CPU", "GPU", "FPGA", "OTHER"):
             raise RuntimeError(f"COMPSs aborts: bad processorType in {processor}")
+
+
+def _literal(key: str, value) -> None:
+    # binding.register_ce writes ints, strings and lists; anything else is refused.
+    if isinstance(value, (float, bool)):
+        raise RuntimeError(f"COMPSs aborts: constraint {key}={value!r} must be an int or a string")
 
 
 class Constraint:

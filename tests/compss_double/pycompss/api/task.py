@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-from concurrent.futures import Future
-
+import importlib
 from pycompss import runtime
 from pycompss.util.context import CONTEXT
 
@@ -23,6 +22,11 @@ class Task:
 
     def __call__(self, user_function):
         name = user_function.__name__
+        if user_function.__qualname__ != name:
+            # The binding reads the qualified name's prefix as a class: the
+            # worker would look for a method and not find the task.
+            raise RuntimeError(f"COMPSs: {user_function.__qualname__} is registered as a method "
+                               f"of class {user_function.__qualname__.rsplit('.', 1)[0]!r}")
         runtime.declared.setdefault(name, {})["task"] = self.kwargs
 
         @functools.wraps(user_function)
@@ -31,14 +35,11 @@ class Task:
                 return user_function(*args, **kwargs)  # sequential mode
             # @constraint sits above @task, so it marked this wrapper.
             constraints = getattr(task_decorator, "__compss_constraints__", {})
-            resolved = {k: _resolve_all(v) for k, v in constraints.items()}
-            if runtime.servable(resolved):
-                future = runtime.pool().submit(self.kwargs.get("priority", False), user_function,
-                                               *args, **kwargs)
-            else:  # COMPSs keeps it Blocked until a worker that can serve it appears
-                future = Future()
-                runtime.blocked.append({"function": name, "constraints": resolved})
-            runtime.submitted.append({"function": name, "constraints": resolved, "future": future,
+            resources = runtime.describe(constraints)
+            found = functools.partial(_as_a_worker_finds, user_function.__module__, name)
+            future = runtime.scheduler().submit(name, found, args, self.kwargs, resources)
+            runtime.submitted.append({"function": name, "constraints": constraints,
+                                      "resources": resources, "future": future,
                                       "priority": self.kwargs.get("priority", False)})
             if _current_group:
                 runtime.groups.setdefault(_current_group[-1], []).append(future)
@@ -47,10 +48,11 @@ class Task:
         return task_decorator
 
 
-def _resolve_all(value):
-    if isinstance(value, list):
-        return [{k: runtime.resolve(v) for k, v in item.items()} for item in value]
-    return runtime.resolve(value)
+def _as_a_worker_finds(module: str, name: str, *args):
+    """Run the task as a worker does: import its module, look it up by name
+    (a missing one fails the job), and call the function under the decorators."""
+    function = getattr(importlib.import_module(module), name)
+    return function.__wrapped__(*args)
 
 
 _current_group: list[str] = []
