@@ -158,7 +158,9 @@ class RunRecord(TypedDict, total=False):
     gpu_seconds: float
     cpus: int
     gpus: list[str]  # the assigned GPU ids
-    binded_cpus: str | None  # COMPSs' binding, where it ran under COMPSs
+    binded_cpus: str | None  # the cores it was pinned to ("0,1"), by COMPSs or by hpo
+    threads: int  # the size its thread pools were limited to (OpenMP, BLAS, TensorFlow)
+    tensorflow_threads: int | None  # TensorFlow's intra-op pool, where the objective loaded it
     metrics: dict[str, float]  # the last metrics, with what the objective returned
     error: ErrorRecord | None
     stop_reason: str | None  # "stopped: <why>", "pruned", "patience", "suspended"
@@ -309,11 +311,13 @@ def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: int,
 
 def end_run(run: RunRecord, now: float, gpus: int, *, metrics: dict[str, float],
             error: ErrorRecord | None, stop_reason: str | None, timed_out: bool,
-            suspended: bool) -> RunRecord:
-    """``run`` with this task's busy time and cost added, and how it ended."""
+            suspended: bool, binding: dict[str, Any] | None = None) -> RunRecord:
+    """``run`` with this task's busy time and cost added, and how it ended;
+    ``binding`` holds the ``binded_cpus``/``threads`` it ran with, where known."""
     busy = now - run["segment_started_at"]
-    return {**_charged(run, busy, now, gpus), "metrics": metrics, "error": error,
-            "stop_reason": stop_reason, "timed_out": timed_out, "suspended": suspended}
+    return {**_charged(run, busy, now, gpus), **(binding or {}), "metrics": metrics,
+            "error": error, "stop_reason": stop_reason, "timed_out": timed_out,
+            "suspended": suspended}
 
 
 def _charged(run: RunRecord, busy: float, ended: float, gpus: int) -> RunRecord:
