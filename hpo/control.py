@@ -110,6 +110,12 @@ class Controller:
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = self._waiting(trial)
                     continue
+                if state is TrialStatus.RUNNING:  # its task ended without a result
+                    if lifecycle.resume_lost(store, trial, self.spec.retries.engine):
+                        leftovers[number] = self._waiting(trial)
+                        continue
+                    trial = store.trial(store.trial_id(trial))
+                    state = status_of(trial)
                 tally.add(number, state, value, maximize)
                 if not stopping and self._reached_target(state, value):
                     stopping = self._stop(store, {"reason": "target", "trial": number, "value": value})

@@ -10,8 +10,9 @@ started (cancelled; their configurations are proposed again).
 While it runs, the master stops the study (target reached, time budget
 spent: queued tasks cancelled, running trials stop at their next check,
 suspended ones end STOPPED), stops cleanly on a signal (running trials
-checkpoint and suspend; the next run resumes them), and records a trial
-whose task the engine could not run as FAILED.
+checkpoint and suspend; the next run resumes them), records a trial whose
+task the engine could not run as FAILED, and resumes from its checkpoint a
+trial whose task ended without a result (its worker lost, under COMPSs).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from hpo.trial import TrialTask, heartbeat_s
 
 __all__ = [
     "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
-    "cancel_pending", "suspend_running", "stop_suspended",
+    "cancel_pending", "suspend_running", "stop_suspended", "resume_lost", "LOST_TASK_RETRIES",
 ]
 
 _RUNNING = optuna.trial.TrialState.RUNNING
@@ -103,12 +104,37 @@ def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
 
 def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
     """Gather a finished task; the trial as stored. A task the engine could not
-    run to its end (a worker lost too often...) leaves its trial FAILED."""
+    run to its end (a worker lost too often...) leaves its trial FAILED, unless
+    the task gave the trial up first (cancelled): then it is resumed as lost."""
     try:
         engine.settle(flight.handle)
     except Exception as exc:
+        trial = store.trial(flight.trial_id)
+        if status_of(trial) is TrialStatus.RUNNING and not last_sign_of_life(trial):
+            return trial
         store.fail(flight.trial_id, {"type": "EngineError", "message": f"{type(exc).__name__}: {exc}"})
     return store.trial(flight.trial_id)
+
+
+# A task whose worker died runs again from its checkpoint this many times more
+# than ``retries.engine``, as COMPSs's own RETRY would (same worker, then another).
+LOST_TASK_RETRIES = 2
+
+
+def resume_lost(store: StudyStore, trial: optuna.trial.FrozenTrial, engine_retries: int) -> bool:
+    """A task ended and left its trial RUNNING: its worker died (COMPSs ignores
+    the failure) or it gave the trial up. True: resume it from its checkpoint;
+    False: it was lost too often and is now FAILED."""
+    run = run_of(trial)
+    lost = 1 + sum(1 for a in run.get("previous", []) if (a.get("error") or {}).get("type") == "Lost")
+    allowed = LOST_TASK_RETRIES + engine_retries
+    if lost <= allowed:
+        store.abandon(store.trial_id(trial))  # no heartbeat to wait out
+        return True
+    store.fail(store.trial_id(trial), {"type": "Lost", "message": (
+        f"its task ended without a result {lost} times (a worker lost?); "
+        f"{allowed} resumptions allowed (2 + retries.engine)")})
+    return False
 
 
 def stop(store: StudyStore, engine: Engine, flights: Flights, reason: dict[str, Any]) -> None:

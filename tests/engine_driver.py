@@ -1,9 +1,10 @@
 """``hpo`` in a child process for the engine tests: ``engine_driver.py [--compss-double N] ARGS``.
 
 With ``--compss-double N`` the PyCOMPSs test double stands in for the runtime
-(master mode, N worker slots), as ``runcompss`` would start the program.
+(master mode, N worker nodes of 1 CPU), as ``runcompss`` would start the program.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,8 @@ if __name__ == "__main__":
         sys.path.insert(0, str(Path(__file__).with_name("compss_double")))
         from pycompss import runtime
 
-        runtime.start(int(argv[1]))
+        os.environ["SLURM_CPUS_ON_NODE"] = "1"  # the nodes' cores, as in an allocation
+        runtime.start(nodes=int(argv[1]), cpus_per_node=1)
         argv = argv[2:]
     from hpo.cli import main
 

@@ -61,10 +61,8 @@ def test_patience_stops_a_trial_that_no_longer_improves(dask_address, tmp_path):
     assert event["kind"] == "stopped" and event["reason"].startswith("patience")
 
 
-def test_target_stop_reaches_running_trials_under_compss(compss, tmp_path, monkeypatch):
-    for name in ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S"):
-        monkeypatch.setenv(name, "")
-    compss.start(n_workers=2)
+def test_target_stop_reaches_running_trials_under_compss(compss, tmp_path):
+    compss.start(nodes=2, cpus_per_node=1)
     # Trial 0 is slow (60 steps); trial 1 reaches the target (-1) at its third step.
     space = toy_space("target", metric={"target": -1}, fixed={"step_s": 0.05, "y": 0},
                       search={"parallel": 2}, space={"steps": [60, 3], "x": [2]})
@@ -198,19 +196,18 @@ def test_unknown_policy_is_a_space_error():
         hpo.parse_spec({"space": {"x": [1]}, "scheduling": {"policy": "round-robin"}})
 
 
-def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_path, monkeypatch):
-    for name in ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S"):
-        monkeypatch.setenv(name, "")
-    compss.start(n_workers=1)
+def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_path):
+    compss.start(nodes=1, cpus_per_node=1)
     space = toy_space("priority", "hpo.examples.toy:curve", fixed={"steps": 4},
                       search={"parallel": 1}, scheduling={"policy": "convergence", "segment_steps": 2},
                       space={"rate": [0.1, 0.9]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
     assert all(t.state is TrialStatus.COMPLETE and len(t.segments) == 2 for t in result.trials)
-    assert compss.declared["compss_trial_first"]["task"]["priority"] is True
+    plain, first = (f"compss_trial__cpus1_gpus0_mem0mb_timeout0s{s}" for s in ("", "_first"))
+    assert compss.declared[first]["task"]["priority"] is True
     calls = [(s["function"], s["priority"]) for s in compss.submitted]
     # Two first segments as ordinary tasks, then the two resumed ones prioritised.
-    assert calls == [("compss_trial", False)] * 2 + [("compss_trial_first", True)] * 2
+    assert calls == [(plain, False)] * 2 + [(first, True)] * 2
 
 
 def test_objective_that_restarts_instead_of_resuming_still_ends(tmp_path):

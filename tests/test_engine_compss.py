@@ -1,45 +1,184 @@
-"""The compss engine against the PyCOMPSs test double (real signatures, runtime checks)."""
+"""The compss engine against the PyCOMPSs test double, which is as strict as
+the runtime (see tests/compss_double/README.md for the rules and their sources)."""
 
 from __future__ import annotations
 
-import os
+import importlib
+import json
+import subprocess
+import sys
+import threading
 
+import psutil
 import pytest
 
 import hpo
-from hpo.engines import default_engine_name
-from hpo.engines import CompssEngine
-from hpo.store.records import RUN_ATTR
-from conftest import toy_space
+import hpo.trial._task
+from conftest import COMPSS_DOUBLE, ROOT, toy_space, wait_for
+from hpo.engines import CompssEngine, default_engine_name
+from hpo.store import RunDir
+from hpo.store.records import RUN_ATTR, TrialStatus, run_of, status_of
 
-_ENV = ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S")
+CPU_TASK = "compss_trial__cpus2_gpus0_mem0mb_timeout0s"
 
 
 @pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in _ENV:  # the engine exports these; monkeypatch restores them
-        monkeypatch.setenv(name, "")
+def quick_heartbeat(monkeypatch):
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "0.5")  # a silent (lost) task is noticed in 1.5 s
 
 
-def test_gpu_study_declares_constraints_the_runtime_accepts(compss):
-    CompssEngine(cpus=4, gpus=1, memory_gb=2.5, time_limit_s=100).start()
-    declared = compss.declared["compss_trial"]
-    assert declared["task"] == {"returns": 1, "on_failure": "RETRY", "time_out": 160}
+def trial_children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True)
+            if "hpo.trial._child" in " ".join(_cmdline(p))]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+# -- what the runtime is told ---------------------------------------------------------
+
+
+def test_gpu_trials_reach_the_runtime_with_the_study_values(compss, tmp_path):
+    # The runtime read its environment before the study started: only literal
+    # values reach it, and CPUs must not be counted twice.
+    compss.start(nodes=1, cpus_per_node=4, gpus_per_node=1)
+    space = toy_space("gpu", "hpo.examples.toy:sleep", search={"parallel": 1},
+                      resources={"cpus": 4, "gpus": 1, "memory_gb": 2.5, "time_limit_s": 100},
+                      space={"x": [1, 2]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 2
+    assert {s["function"] for s in compss.submitted} == {"compss_trial__cpus4_gpus1_mem2560mb_timeout160s"}
+    assert [s["resources"] for s in compss.submitted] == [{"cpus": 4, "gpus": 1, "memory_gb": 2.5}] * 2
+    declared = compss.declared["compss_trial__cpus4_gpus1_mem2560mb_timeout160s"]
     assert declared["constraint"] == {
-        "computing_units": "$HPO_TRIAL_CPUS",
-        "processors": [{"processorType": "CPU", "computingUnits": "$HPO_TRIAL_CPUS"},
-                       {"processorType": "GPU", "computingUnits": "$HPO_TRIAL_GPUS"}],
-        "memory_size": "$HPO_TRIAL_MEMORY_GB",
+        "processors": [{"processorType": "CPU", "computingUnits": 4},
+                       {"processorType": "GPU", "computingUnits": 1}],
+        "memory_size": "2.5",
     }
-    assert (os.environ["HPO_TRIAL_CPUS"], os.environ["HPO_TRIAL_GPUS"],
-            os.environ["HPO_TRIAL_MEMORY_GB"]) == ("4", "1", "2.5")
+    assert declared["task"] == {"returns": 1, "on_failure": "IGNORE", "time_out": 160, "priority": False}
 
 
-def test_cpu_study_declares_only_computing_units(compss):
+def test_cpu_trials_declare_computing_units_only(compss):
+    compss.start()
     CompssEngine(cpus=2).start()
-    declared = compss.declared["compss_trial"]
-    assert declared["constraint"] == {"computing_units": "$HPO_TRIAL_CPUS"}
-    assert declared["task"]["time_out"] == 0 and declared["task"]["on_failure"] == "RETRY"
+    assert compss.declared[CPU_TASK]["constraint"] == {"computing_units": 2}
+    assert compss.declared[CPU_TASK + "_first"]["task"]["priority"] is True
+
+
+def test_a_worker_finds_each_task_by_name_without_the_master_settings():
+    # A COMPSs worker imports the task module in a fresh process and looks the
+    # name up: the shape in the name declares the same task there.
+    name = "compss_trial__cpus3_gpus1_mem512mb_timeout70s_first"
+    code = ("import json, hpo.engines._compss_tasks as tasks\n"
+            f"getattr(tasks, {name!r})\n"
+            "from pycompss import runtime\n"
+            f"print(json.dumps(runtime.declared[{name!r}]))\n"
+            "print(hasattr(tasks, 'compss_trial__cpus3'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": f"{COMPSS_DOUBLE}:{ROOT}", "PATH": "/usr/bin:/bin"})
+    declared, unknown = out.stdout.splitlines()
+    declared = json.loads(declared)
+    assert declared["constraint"] == {"processors": [
+        {"processorType": "CPU", "computingUnits": 3}, {"processorType": "GPU", "computingUnits": 1}],
+        "memory_size": "0.5"}
+    assert declared["task"] == {"returns": 1, "on_failure": "IGNORE", "time_out": 70, "priority": True}
+    assert unknown == "False"  # a name that carries no shape is not a task
+
+
+@pytest.mark.parametrize("cpus, gpus, visible, slots", [
+    (4, 0, "", 4 * 12),          # 48 cores per node, 4 CPUs a trial: 12 a node
+    (4, 1, "0,1,2,3", 4 * 4),    # 4 GPUs per node bound it first
+    (64, 0, "", 4),              # never less than one a node
+])
+def test_default_slots_come_from_the_nodes_cores(compss, monkeypatch, cpus, gpus, visible, slots):
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "48")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    compss.start(nodes=4, cpus_per_node=48, gpus_per_node=4)
+    engine = CompssEngine(cpus=cpus, gpus=gpus)
+    engine.start()
+    assert engine.slots == slots
+
+
+def test_a_study_without_parallel_fills_every_core(compss, monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
+    compss.start(nodes=2, cpus_per_node=2)  # 2 nodes of 2 cores: 4 one-CPU trials at once
+    space = toy_space("fill", "hpo.examples.toy:sleep", fixed={"sleep_s": 1.0}, space={"x": [0, 1, 2, 3]})
+    del space["search"]["parallel"]
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 4
+    latest_start = max(t.started_at for t in result.trials)
+    assert all(t.ended_at > latest_start for t in result.trials)  # all four ran together
+
+
+# -- failures never end the study -----------------------------------------------------
+
+
+def test_a_task_whose_wrapper_fails_is_resumed_and_never_ends_the_study(compss, monkeypatch, tmp_path):
+    compss.start(nodes=1, cpus_per_node=1)
+    real = hpo.trial._task._run_here
+
+    def store_unreachable_for_x0(task):
+        if task.config["x"] == 0:
+            raise OSError("the store is unreachable from this worker")
+        return real(task)
+
+    monkeypatch.setattr(hpo.trial._task, "_run_here", store_unreachable_for_x0)
+    space = toy_space("broken", search={"parallel": 1}, space={"x": [0, 1], "y": [-1]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert compss.ended is None  # the runtime never ended the application
+    lost, fine = sorted(result.trials, key=lambda t: t.params["x"])
+    assert fine.state is TrialStatus.COMPLETE
+    assert lost.state is TrialStatus.FAILED and lost.attempt == 3
+    assert lost.error.startswith("Lost: its task ended without a result 3 times")
+    assert [e["kind"] for e in lost.events].count("interrupted") == 3
+
+
+def test_the_runtime_time_out_is_a_timeout_and_ends_the_child(compss, monkeypatch, tmp_path):
+    compss.start(nodes=1, cpus_per_node=1)
+    # COMPSs' time_out is the trial's limit plus a grace; shrink it below the
+    # trial's own limit, so that the runtime's TimeOutError comes first.
+    monkeypatch.setattr(importlib.import_module("hpo.engines._compss_tasks"), "_TIME_OUT_GRACE_S", -8)
+    space = toy_space("slow", "hpo.examples.toy:sleep", search={"parallel": 1},
+                      resources={"time_limit_s": 10}, space={"sleep_s": [60, 0.1]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    slow, quick = sorted(result.trials, key=lambda t: -t.params["sleep_s"])
+    assert slow.state is TrialStatus.TIMEOUT
+    assert slow.duration_s < 10  # ended at COMPSs' 2 s, not at the trial's own 10 s
+    assert slow.error == "TimeOutError: the engine ended the task at its time_out"
+    assert quick.state is TrialStatus.COMPLETE
+    assert trial_children() == []  # the trial's process went with its task
+    assert compss.ended is None
+
+
+def test_a_cancelled_running_task_is_resumed_not_failed(compss, tmp_path):
+    compss.start(nodes=1, cpus_per_node=1)
+    space = toy_space("cancel", search={"parallel": 1}, fixed={"steps": 30, "step_s": 0.1},
+                      space={"x": [2], "y": [-1]})
+    done = {}
+    study = threading.Thread(target=lambda: done.update(
+        result=hpo.run(space, runs_dir=tmp_path, progress=False)))
+    study.start()
+    run_dir = RunDir(tmp_path / "cancel")
+    wait_for(lambda: run_dir.study_file.exists() and any(
+        status_of(t) is TrialStatus.RUNNING for t in run_dir.load_study().trials), what="a running trial")
+    # As the runtime does at its wall-clock limit: CancelError inside the task.
+    from pycompss.api.api import compss_cancel_group
+    compss_cancel_group(next(iter(compss.groups)))
+    study.join(timeout=60)
+    (trial,) = done["result"].trials
+    assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
+    interrupted = [e for e in trial.events if e["kind"] == "interrupted"]
+    assert len(interrupted) == 1 and "cancelled (CancelError)" in interrupted[0]["reason"]
+    stored = run_dir.load_study().trials[0]
+    assert run_of(stored)["previous"][0]["error"]["type"] == "Lost"
+    assert compss.ended is None
+
+
+# -- modes ------------------------------------------------------------------------------
 
 
 def test_sequential_mode_runs_the_study_with_values_unchanged(compss, tmp_path):
@@ -55,27 +194,27 @@ def test_sequential_mode_runs_the_study_with_values_unchanged(compss, tmp_path):
 
 
 def test_under_the_runtime_trials_run_asynchronously(compss, tmp_path):
-    compss.start(n_workers=2)
+    compss.start(nodes=2, cpus_per_node=2)
     assert default_engine_name() == "compss"
     space = toy_space("async", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.3},
                       resources={"cpus": 2}, space={"x": [0, 1, 2, 3, 4, 5]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)  # engine auto -> compss
     assert result.counts["COMPLETE"] == 6
     assert compss.waited_unfinished == 0  # completion came from the store
-    assert all(s["constraints"] == {"computing_units": "2"} for s in compss.submitted)
+    assert all(s["resources"]["cpus"] == 2 for s in compss.submitted)
     spans = sorted((t.started_at, t.ended_at) for t in result.trials)
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))  # two trials overlapped
 
 
 def test_target_stop_cancels_the_queued_groups(compss, tmp_path):
-    compss.start(n_workers=1)
+    compss.start(nodes=1, cpus_per_node=1)
     space = toy_space("target", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
                       metric={"target": 9}, search={"parallel": 1},
                       space={"x": [9, 1, 2, 3, 4, 5, 6, 7]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
     assert result.stop["reason"] == "target" and result.stop["trial"] == 0
     assert result.counts["COMPLETE"] + result.counts["CANCELLED"] == len(result.trials) < 8
-    study = hpo.store.RunDir(tmp_path / "target").load_study()
+    study = RunDir(tmp_path / "target").load_study()
     assert all(RUN_ATTR not in t.user_attrs for t in study.trials if t.number > 1)
 
 
@@ -83,4 +222,3 @@ def test_compss_engine_without_pycompss_is_a_clear_error(tmp_path):
     with pytest.raises(hpo.UsageError, match="runcompss"):
         hpo.run(toy_space("nocompss"), engine="compss", runs_dir=tmp_path, progress=False)
     assert not (tmp_path / "nocompss").exists()  # rejected before anything was created
-

@@ -55,13 +55,13 @@ class DaskKit(EngineKit):
 
 
 class CompssKit(EngineKit):
-    """The PyCOMPSs double in master mode, 2 worker slots."""
+    """The PyCOMPSs double in master mode: 2 nodes of 1 CPU, 2 trial slots."""
 
     slots = 2
 
     def __init__(self, runtime) -> None:
         self.runtime = runtime
-        runtime.start(n_workers=self.slots)
+        runtime.start(nodes=self.slots, cpus_per_node=1)
 
     def engine(self, spec):
         return CompssEngine.from_spec(spec)
@@ -86,8 +86,7 @@ class TestDask(EngineConformance):
 class TestCompss(EngineConformance):
     @pytest.fixture
     def kit(self, compss, monkeypatch):
-        for name in ("HPO_TRIAL_CPUS", "HPO_TRIAL_GPUS", "HPO_TRIAL_MEMORY_GB", "HPO_TRIAL_TIME_LIMIT_S"):
-            monkeypatch.setenv(name, "")  # the engine exports these; monkeypatch restores them
+        monkeypatch.setenv("SLURM_CPUS_ON_NODE", "1")  # the nodes' cores, as in an allocation
         return CompssKit(compss)
 
     # The runtime keeps such a task Blocked for ever (as the double does) and

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpo.engines._base import Engine
-from hpo.store.records import task_done
-from hpo.trial import TrialTask
+from hpo.engines._machine import visible_gpus
+from hpo.store.records import TrialStatus, last_sign_of_life, status_of, task_done
+from hpo.trial import TrialTask, heartbeat_s
 
-__all__ = ["CompssEngine", "under_compss_runtime"]
+__all__ = ["CompssEngine", "under_compss_runtime", "trials_per_node"]
 
 _RETURN_GRACE_S = 0.2
 
@@ -37,6 +38,16 @@ def under_compss_runtime() -> bool:
     return bool(context.in_pycompss())  # COMPSs 2.x
 
 
+def trials_per_node(cpus: int, gpus: int = 0) -> int:
+    """How many trials of ``cpus`` CPUs and ``gpus`` GPUs one node like this one
+    holds at once (``compss_get_number_of_resources`` counts nodes, not slots)."""
+    cores = int(os.environ.get("SLURM_CPUS_ON_NODE") or len(os.sched_getaffinity(0)))
+    fit = cores // max(cpus, 1)
+    if gpus:
+        fit = min(fit, len(visible_gpus()) // gpus)
+    return max(fit, 1)
+
+
 @dataclass(frozen=True, eq=False)
 class _Submitted:
     group: str
@@ -45,17 +56,21 @@ class _Submitted:
 
 
 class CompssEngine(Engine):
-    """Trials as PyCOMPSs tasks with @constraint (CPUs, GPUs, memory) and time_out."""
+    """Trials as PyCOMPSs tasks with @constraint (CPUs, GPUs, memory) and time_out.
+
+    ``slots`` (how many trials run at once) defaults to the worker nodes the
+    runtime reports times the trials one node holds: its cores
+    (``SLURM_CPUS_ON_NODE``, else this node's) divided by ``cpus``, and with
+    GPUs its visible GPUs divided by ``gpus``. ``hpo submit`` passes the
+    allocation's own figure as ``--parallel``.
+    """
 
     name = "compss"
 
     def __init__(self, cpus: int = 1, gpus: int = 0, memory_gb: float | None = None,
                  time_limit_s: float | None = None, slots: int | None = None) -> None:
-        self._env = {
-            "HPO_TRIAL_CPUS": str(cpus), "HPO_TRIAL_GPUS": str(gpus),
-            "HPO_TRIAL_MEMORY_GB": "" if memory_gb is None else str(memory_gb),
-            "HPO_TRIAL_TIME_LIMIT_S": "" if time_limit_s is None else str(time_limit_s),
-        }
+        self._cpus, self._gpus = cpus, gpus
+        self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
         self._tasks = self._api = None
         self._count = itertools.count()
@@ -68,11 +83,13 @@ class CompssEngine(Engine):
         return cls(res.cpus, res.gpus, res.memory_gb, res.time_limit_s, spec.search.parallel)
 
     def start(self) -> None:
-        os.environ.update(self._env)  # read by _compss_tasks' decorators, and by the runtime
         self._tasks = importlib.import_module("hpo.engines._compss_tasks")
         self._api = importlib.import_module("pycompss.api.api")
+        shape = self._tasks.TaskShape.of(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
+        self._declared = {priority: self._tasks.trial_task(shape, priority) for priority in (False, True)}
         if self._slots is None:
-            self._slots = max(1, int(self._api.compss_get_number_of_resources()))
+            nodes = max(1, int(self._api.compss_get_number_of_resources()))
+            self._slots = nodes * trials_per_node(self._cpus, self._gpus)
 
     @property
     def slots(self) -> int:
@@ -81,9 +98,8 @@ class CompssEngine(Engine):
     def submit(self, task: TrialTask, priority: bool = False) -> _Submitted:
         # A group per task (not per trial): a trial run in segments has several.
         group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
-        function = self._tasks.compss_trial_first if priority else self._tasks.compss_trial
         with self._api.TaskGroup(group, implicit_barrier=False):
-            future = function(task)
+            future = self._declared[priority](task)
         return _Submitted(group, future, task)
 
     def wait(self, handles: Sequence[_Submitted], timeout: float) -> list[_Submitted]:
@@ -104,11 +120,20 @@ class CompssEngine(Engine):
 
     @staticmethod
     def _stored_as_over(handle: _Submitted) -> bool:
+        """Over: finished or suspended as expected, or started and then silent
+        for three heartbeats (its worker died: COMPSs ignores the failure)."""
         task = handle.task
-        return task_done(task.open_store().trial(task.trial_id), task.after_segment)
+        trial = task.open_store().trial(task.trial_id)
+        if task_done(trial, task.after_segment):
+            return True
+        silent_for = time.time() - last_sign_of_life(trial)
+        return status_of(trial) is TrialStatus.RUNNING and silent_for > 3 * heartbeat_s()
 
     def settle(self, handle: _Submitted) -> None:
-        self._api.compss_wait_on(handle.future)  # finished already: the store said so
+        # Finished already: the store said so. A task whose worker died ends
+        # as None (on_failure="IGNORE"); its trial is still RUNNING in the
+        # store, and the master resumes it from its checkpoint.
+        self._api.compss_wait_on(handle.future)
 
     def cancel(self, handle: _Submitted) -> None:
         self._api.compss_cancel_group(handle.group)

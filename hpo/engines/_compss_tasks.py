@@ -1,59 +1,117 @@
 """The trial tasks as COMPSs sees them; imported only under the COMPSs runtime.
 
-COMPSs workers find a task by importing its module and looking the function up
-by name, so the tasks live at module level here. Per-study resources reach
-them as ``"$HPO_TRIAL_*"`` values that the runtime resolves from the
-environment; which keys exist at all (GPUs, memory) and the time-out are read
-when the master imports this module, after :class:`CompssEngine` has set them.
+COMPSs fixes a task's constraints when the task is declared, and resolves a
+``"$VAR"`` value from the environment its JVM read before the program ran, so
+per-study resources must be literal values in the decorators. Each resource
+shape is one task, named after it (``compss_trial__cpus4_gpus1_mem2048mb_timeout160s``),
+and declared on first use. A COMPSs worker finds a task by importing this
+module and looking the name up: the module's ``__getattr__`` reads the shape
+back from the name and declares the same task there, without the master's
+settings.
+
+Nothing a trial does may fail its task: a task that fails past its retries
+ends the whole application. ``on_failure="IGNORE"`` keeps the study alive
+when a worker dies (the future then holds None), and the wrapper never raises.
 """
 
 from __future__ import annotations
 
-import os
-from typing import Any
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from pycompss.api.constraint import constraint
 from pycompss.api.task import task
 
-from hpo.trial import TrialOutcome, TrialTask, run_trial
+from hpo.trial import TrialOutcome, TrialStatus, TrialTask, run_trial
+from hpo.trial._task import give_up_task
 
-# Seconds beyond the trial's own time limit before COMPSs kills the task: the
-# wrapper enforces the limit itself and records a TIMEOUT; this is a backstop.
+__all__ = ["TaskShape", "trial_task"]
+
+# Seconds beyond the trial's own time limit before COMPSs interrupts the task:
+# the wrapper enforces the limit itself and records a TIMEOUT; this is a backstop.
 _TIME_OUT_GRACE_S = 60
 
+_PREFIX = "compss_trial__"
+_NAME = re.compile(r"compss_trial__cpus(\d+)_gpus(\d+)_mem(\d+)mb_timeout(\d+)s(_first)?")
 
-def constraints_from_env() -> dict[str, Any]:
-    """The @constraint keywords for the study's resources."""
-    declared: dict[str, Any] = {"computing_units": "$HPO_TRIAL_CPUS"}
-    if int(os.environ.get("HPO_TRIAL_GPUS", "0")) > 0:
-        declared["processors"] = [
-            {"processorType": "CPU", "computingUnits": "$HPO_TRIAL_CPUS"},
-            {"processorType": "GPU", "computingUnits": "$HPO_TRIAL_GPUS"},
-        ]
-    if os.environ.get("HPO_TRIAL_MEMORY_GB"):
-        declared["memory_size"] = "$HPO_TRIAL_MEMORY_GB"  # a string: COMPSs rejects floats
+
+@dataclass(frozen=True)
+class TaskShape:
+    """What COMPSs is told one trial needs: the constraints and the time-out."""
+
+    cpus: int = 1
+    gpus: int = 0
+    memory_mb: int = 0  # 0: no limit
+    time_out_s: int = 0  # 0: none
+
+    @classmethod
+    def of(cls, cpus: int, gpus: int = 0, memory_gb: float | None = None,
+           time_limit_s: float | None = None) -> "TaskShape":
+        """The shape of trials with these resources."""
+        memory_mb = round(memory_gb * 1024) if memory_gb else 0
+        time_out = int(time_limit_s) + _TIME_OUT_GRACE_S if time_limit_s else 0
+        return cls(int(cpus), int(gpus), memory_mb, time_out)
+
+    def task_name(self, priority: bool = False) -> str:
+        return (f"{_PREFIX}cpus{self.cpus}_gpus{self.gpus}_mem{self.memory_mb}mb"
+                f"_timeout{self.time_out_s}s{'_first' if priority else ''}")
+
+    def constraints(self) -> dict[str, Any]:
+        """The @constraint keywords: literal ints and strings only (COMPSs rejects
+        floats). With GPUs, the CPUs go in ``processors`` alone: a top-level
+        ``computing_units`` as well would be added to them."""
+        if self.gpus:
+            declared: dict[str, Any] = {"processors": [
+                {"processorType": "CPU", "computingUnits": self.cpus},
+                {"processorType": "GPU", "computingUnits": self.gpus},
+            ]}
+        else:
+            declared = {"computing_units": self.cpus}
+        if self.memory_mb:
+            declared["memory_size"] = f"{self.memory_mb / 1024:g}"  # GB, as a string
+        return declared
+
+
+def trial_task(shape: TaskShape, priority: bool = False) -> Callable[[TrialTask], Any]:
+    """The COMPSs task running trials of ``shape``; ``priority`` tasks (the
+    segment a scheduling policy chose) go ahead of queued ones."""
+    name = shape.task_name(priority)
+    declared = globals().get(name)
+    if declared is None:
+        declared = globals()[name] = _declare(name, shape, priority)
     return declared
 
 
-def time_out_from_env() -> int:
-    """COMPSs ``time_out`` in whole seconds (0: none)."""
-    limit = float(os.environ.get("HPO_TRIAL_TIME_LIMIT_S", "0") or 0)
-    return int(limit) + _TIME_OUT_GRACE_S if limit > 0 else 0
+def __getattr__(name: str) -> Any:
+    """A worker looking up a task by name: declare it from the shape the name carries."""
+    match = _NAME.fullmatch(name)
+    if match is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cpus, gpus, memory_mb, time_out = map(int, match.groups()[:4])
+    return trial_task(TaskShape(cpus, gpus, memory_mb, time_out), priority=bool(match.group(5)))
 
 
-# on_failure="RETRY" is for infrastructure faults only: run_trial turns user
-# errors into failed-trial records and never raises because of them.
-@constraint(**constraints_from_env())
-@task(returns=1, on_failure="RETRY", time_out=time_out_from_env())
-def compss_trial(trial_task: TrialTask) -> TrialOutcome:
-    """One trial (or one segment of it) as a COMPSs task."""
-    return run_trial(trial_task)
+def _declare(name: str, shape: TaskShape, priority: bool) -> Callable[[TrialTask], Any]:
+    def body(trial_task: TrialTask) -> TrialOutcome:
+        return _never_failing(trial_task)
+
+    # COMPSs registers a task as module.__name__; a __qualname__ that differs
+    # would be read as a class.
+    body.__name__ = body.__qualname__ = name
+    body.__module__ = __name__
+    body.__doc__ = f"One trial (or one segment of it) as a COMPSs task of {shape}."
+    return constraint(**shape.constraints())(
+        task(returns=1, on_failure="IGNORE", time_out=shape.time_out_s, priority=priority)(body))
 
 
-# The same task with COMPSs' priority flag: the runtime schedules it before
-# queued tasks. The scheduling policies submit their chosen segment with it.
-@constraint(**constraints_from_env())
-@task(returns=1, on_failure="RETRY", time_out=time_out_from_env(), priority=True)
-def compss_trial_first(trial_task: TrialTask) -> TrialOutcome:
-    """A trial segment chosen by the scheduling policy, as a prioritised COMPSs task."""
-    return run_trial(trial_task)
+def _never_failing(trial_task: TrialTask) -> TrialOutcome:
+    """``run_trial``, whose own faults (the store unreachable, an interruption
+    outside the objective) leave the trial to be resumed instead of failing the task."""
+    # COMPSs keeps each task's output in jobs/job<N>_NEW.out: say whose it is.
+    print(f"hpo: trial {trial_task.number} of study {trial_task.study_name!r}", flush=True)
+    try:
+        return run_trial(trial_task)
+    except BaseException as exc:  # noqa: BLE001 - COMPSs would end the study
+        give_up_task(trial_task, None, f"its task ended without a result: {type(exc).__name__}: {exc}")
+        return TrialOutcome(trial_task.number, TrialStatus.RUNNING)

@@ -1,7 +1,7 @@
 """The trial task: what every engine runs on a worker for one configuration.
 
 ``run_trial`` never raises because of user code: under COMPSs a task failing
-four times aborts the whole application, so an exception, a NaN, a wrong
+past its retries ends the whole application, so an exception, a NaN, a wrong
 return type or a time limit become a failed-trial record in the store, with
 the reason and traceback. What it returns is a small summary; the store holds
 the full record and is written before the function returns.
@@ -31,13 +31,15 @@ from hpo.store.records import (
     RunRecord, TrialStatus, end_run, grouped_attrs, last_sign_of_life, run_of,
     segment_key, segment_record, start_run, status_of,
 )
+from hpo.trial._cpus import CpuBinding, bind_cpus, thread_environment
 from hpo.trial._handle import Trial, _StoreLink
 from hpo.trial._objective import Objective, resolve_objective
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["TrialTask", "TrialOutcome", "run_trial", "open_trial"]
+__all__ = ["TrialTask", "TrialOutcome", "TaskInterrupted", "run_trial", "open_trial",
+           "give_up_task"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class _Result:
     timed_out: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
     steps: tuple[int, int] | None = None  # first and last step reported by this run
+    binding: dict[str, Any] | None = None  # the cores and threads it ran with
 
 
 def run_trial(task: TrialTask) -> TrialOutcome:
@@ -134,7 +137,13 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     run = _start_record(store, task, stored)
     while True:
         with _Heartbeat(store, task.trial_id):
-            result = _run_isolated(task) if task.isolate else _run_here(task)
+            try:
+                result = _run_isolated(task) if task.isolate else _run_here(task)
+            except TaskInterrupted as interruption:
+                if not interruption.timed_out:
+                    return _cancelled(store, task, run, interruption)
+                result = _Result(timed_out=True, error={
+                    "type": interruption.kind, "message": "the engine ended the task at its time_out"})
         state, value = _classify(result, task.metric)
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
@@ -147,6 +156,47 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
     store.finish(task.trial_id, state, value)  # False: cancelled meanwhile; the stored end wins
     return _outcome_of(store.trial(task.trial_id))
+
+
+class TaskInterrupted(Exception):
+    """The engine interrupted a running task (COMPSs raises ``CancelError`` or
+    ``TimeOutError`` inside it): not the objective's doing."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+        self.timed_out = kind == "TimeOutError"
+
+
+def runtime_interruptions() -> tuple[type[BaseException], ...]:
+    """The exceptions a runtime raises inside a task it cancels or times out
+    (COMPSs' ``CancelError`` and ``TimeOutError``, where its worker loaded them)."""
+    module = sys.modules.get("pycompss.util.exceptions")
+    names = ("CancelError", "TimeOutError")
+    return tuple(getattr(module, n) for n in names if hasattr(module, n)) if module else ()
+
+
+def _cancelled(store: StudyStore, task: TrialTask, run: RunRecord,
+               interruption: TaskInterrupted) -> TrialOutcome:
+    """A running task cancelled by the study or its runtime: the attempt ends
+    without a result and the trial is resumed from its checkpoint, like a lost one."""
+    ended = _end_record(run, _Result(error={"type": "Cancelled", "message": (
+        f"the engine cancelled the running task ({interruption.kind})")}), task, suspended=False)
+    give_up_task(task, ended, f"its task was cancelled ({interruption.kind}) on {run['host']}")
+    return TrialOutcome(task.number, TrialStatus.RUNNING)
+
+
+def give_up_task(task: TrialTask, run: RunRecord | None, why: str) -> None:
+    """Leave a trial whose task ends without a result to be resumed at once
+    from its checkpoint (best effort: the store may be what failed)."""
+    store = task.open_store()
+    try:
+        if run is not None:
+            store.write_run(task.trial_id, run)
+        store.record_event(task.trial_id, "interrupted", None, why)
+        store.abandon(task.trial_id)
+    except Exception:  # finished meanwhile (the stored end wins), or unreachable
+        pass
 
 
 class _Heartbeat:
@@ -225,7 +275,8 @@ def _where(task: TrialTask) -> dict[str, Any]:
 
 def _end_record(run: RunRecord, result: "_Result", task: TrialTask, suspended: bool) -> RunRecord:
     return end_run(run, time.time(), task.gpus, metrics=result.metrics, error=result.error,
-                   stop_reason=result.stop_reason, timed_out=result.timed_out, suspended=suspended)
+                   stop_reason=result.stop_reason, timed_out=result.timed_out, suspended=suspended,
+                   binding=result.binding)
 
 
 def _assigned_gpus(task: TrialTask) -> list[str]:
@@ -249,13 +300,18 @@ def open_trial(task: TrialTask) -> Trial:
 
 
 def _run_here(task: TrialTask) -> _Result:
-    """Call the objective in this process with a store-backed Trial."""
+    """Call the objective in this process with a store-backed Trial, on
+    ``task.cpus`` threads and, where the process has more, cores of its own."""
     trial = open_trial(task)
     earlier = list(trial.reports)
     result = _Result()
     try:
-        objective = resolve_objective(task.objective)
-        result.returned = objective(dict(task.config), trial)
+        objective = resolve_objective(task.objective)  # imports TensorFlow, if it uses it
+        with bind_cpus(task.cpus) as binding:
+            result.binding = _binding_record(binding)
+            result.returned = objective(dict(task.config), trial)
+    except runtime_interruptions() as exc:
+        raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
     except (Exception, SystemExit) as exc:  # user code: recorded, never raised
         result.error = {
             "type": type(exc).__name__, "message": str(exc),
@@ -266,6 +322,12 @@ def _run_here(task: TrialTask) -> _Result:
     new = trial.reports[len(earlier):]
     result.steps = (new[0][0], new[-1][0]) if new else None
     return result
+
+
+def _binding_record(binding: CpuBinding) -> dict[str, Any]:
+    cores = ",".join(map(str, binding.cores)) if binding.cores else None
+    return {"binded_cpus": cores, "threads": binding.threads,
+            "tensorflow_threads": binding.tensorflow_threads}
 
 
 def _last_metrics(trial: Trial, returned: Any) -> dict[str, float]:
@@ -316,7 +378,8 @@ def _run_isolated(task: TrialTask) -> _Result:
     """Run ``_run_here`` in a fresh Python process, killed at the time limit.
 
     A subprocess rather than multiprocessing: Dask worker processes are
-    daemonic and may not fork multiprocessing children.
+    daemonic and may not fork multiprocessing children. The child and what it
+    starts form a process group, ended on every way out of here.
     """
     import cloudpickle  # ships with dask; pickles notebook-defined objectives too
 
@@ -324,11 +387,15 @@ def _run_isolated(task: TrialTask) -> _Result:
         task_file, result_file = Path(tmp, "task.pkl"), Path(tmp, "result.pkl")
         task_file.write_bytes(cloudpickle.dumps(task))
         command = [sys.executable, "-m", "hpo.trial._child", str(task_file), str(result_file)]
-        child = subprocess.Popen(command, start_new_session=True)
+        env = {**os.environ, **thread_environment(task.cpus)}  # sized before any import
+        child = subprocess.Popen(command, start_new_session=True, env=env)
         try:
-            code = child.wait(timeout=task.time_limit_s)
-        except subprocess.TimeoutExpired:
+            code = _wait(child, task.time_limit_s)
+        except runtime_interruptions() as exc:
+            raise TaskInterrupted(type(exc).__name__) from exc
+        finally:
             _kill_group(child)
+        if code is None:
             return _Result(
                 timed_out=True,
                 error={"type": "TimeLimit", "message": f"exceeded time_limit_s={task.time_limit_s}"},
@@ -338,8 +405,21 @@ def _run_isolated(task: TrialTask) -> _Result:
         return _Result(error={"type": "ChildDied", "message": f"trial process exited with code {code}"})
 
 
+def _wait(child: subprocess.Popen, limit_s: float | None) -> int | None:
+    """The child's exit code, or None at the time limit. Waits in short steps,
+    so that an exception the runtime raises in this thread arrives at once."""
+    deadline = time.monotonic() + (limit_s if limit_s is not None else float("inf"))
+    while True:
+        try:
+            return child.wait(timeout=min(0.5, max(deadline - time.monotonic(), 0.0)))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return None
+
+
 def _kill_group(child: subprocess.Popen) -> None:
-    # The objective may have started processes of its own: end the whole group.
+    # The objective may have started processes of its own: end the whole group,
+    # including members left behind by a child that already exited.
     try:
         os.killpg(child.pid, 9)
     except ProcessLookupError:
