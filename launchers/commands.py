@@ -60,11 +60,13 @@ def _submit_options(p: argparse.ArgumentParser) -> None:
                    help="an sbatch or enqueue_compss option passed verbatim, e.g. --extra=--reservation=R")
     p.add_argument("--dry-run", action="store_true", help="print the script or command, submit nothing")
     p.add_argument("--python", default=sys.executable,
-                   help="dask: the Python on the nodes (default: this one)")
+                   help="the Python of the project's environment on the nodes (default: this "
+                        "one); compss: --python_interpreter")
     p.add_argument("--interface", help="dask: network interface, e.g. ib0")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="dask: an environment variable for the job")
-    p.add_argument("--sc-cfg", help="compss: the site's COMPSs profile (enqueue_compss --sc_cfg)")
+    p.add_argument("--sc-cfg", help="compss, required: the site's COMPSs profile "
+                                    "(enqueue_compss --sc_cfg), or default.cfg")
     p.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
     p.add_argument("--timeout-s", type=float, help="wall-clock budget of the study, seconds")
     for flag, kind in _PASSED:
@@ -112,7 +114,7 @@ def _job(args, spec, space: Path, run_dir: Path, request: BatchRequest, resubmit
         return CompssJob(spec, space, run_dir, request, main_script=root / "hpo_main.py",
                          study_args=study_args, timeout_s=args.timeout_s,
                          pythonpath=[str(root), *pythonpath], sc_cfg=args.sc_cfg,
-                         dependency=args.after)
+                         dependency=args.after, python=args.python)
     if args.timeout_s is not None:
         study_args += ["--timeout-s", f"{args.timeout_s:g}"]
     return DaskJob(spec, space, run_dir, request, python=args.python, study_args=study_args,
@@ -140,6 +142,8 @@ def _submit_dask(job: DaskJob, dry_run: bool, after: str | None) -> int:
 
 def _submit_compss(job: CompssJob, dry_run: bool) -> int:
     argv = job.argv()
+    for warning in job.warnings():
+        print(warning, file=sys.stderr)
     if dry_run:
         print(shlex.join(argv))
         return 0

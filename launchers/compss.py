@@ -5,6 +5,12 @@ its flags. It has no flag for SLURM's ``--signal``: the study gets a
 wall-clock budget instead (``hpo run --timeout-s``, walltime minus
 ``stop_before``), stops starting trials when it runs out, and ends cleanly;
 the same submission again resumes it.
+
+By default enqueue_compss gives the runtime a wall-clock limit one minute
+before the walltime; there the master raises wherever it is and every task is
+cancelled a second later, which with short walltimes comes before the
+study's own stop. The limit is therefore set explicitly, half the stop margin
+before the walltime: after the study's budget, as a backstop.
 """
 
 from __future__ import annotations
@@ -38,9 +44,12 @@ class CompssJob:
     pythonpath:
         Directories for ``--pythonpath`` (the project and the submit directory).
     sc_cfg:
-        The site's COMPSs profile (``--sc_cfg``); the runtime's default is used when None.
+        The site's COMPSs profile (``--sc_cfg``), e.g. ``"mn5.cfg"``; ``"default.cfg"`` is enqueue_compss's own.
     dependency:
         A job id to start after (``--job_dependency``).
+    python:
+        The interpreter of the project's environment (``--python_interpreter``):
+        COMPSs otherwise runs the ``python3`` on PATH, on the master and the workers.
     """
 
     spec: StudySpec
@@ -53,6 +62,7 @@ class CompssJob:
     pythonpath: Sequence[str] = ()
     sc_cfg: str | None = None
     dependency: str | None = None
+    python: str | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -73,8 +83,36 @@ class CompssJob:
         given = [t for t in (self.timeout_s, self.spec.search.timeout_s) if t]
         return float(min([limit, *given]))
 
+    @property
+    def runtime_limit_s(self) -> int:
+        """The runtime's own wall-clock limit: after the study's budget, before SLURM's kill."""
+        return self.request.time_min * 60 - self.request.stop_before // 2
+
+    @property
+    def worker_nodes(self) -> int:
+        """Nodes that run trials: the master's node runs none unless it is the only one."""
+        return self.request.nodes if self.request.nodes == 1 else self.request.nodes - 1
+
+    @property
+    def slots(self) -> int | None:
+        """Trials the allocation runs at once (None: unknown here, the runtime decides)."""
+        r, res = self.request, self.spec.resources
+        if r.cpus_per_node is None:
+            return None
+        per_node = r.cpus_per_node // res.cpus
+        if res.gpus:
+            per_node = min(per_node, r.gpus_per_node // res.gpus)
+        return self.worker_nodes * per_node
+
     def check(self) -> None:
         r, res = self.request, self.spec.resources
+        if self.sc_cfg is None:
+            raise UsageError(
+                "--engine compss: which COMPSs profile does this site use? enqueue_compss's "
+                "stock default.cfg is for LSF with at least 2 nodes, and a SLURM site passes "
+                "its own.\n  fix: --sc-cfg PROFILE (e.g. mn5.cfg; the files are in "
+                "$COMPSS_HOME/Runtime/scripts/queues/supercomputers/), or --sc-cfg default.cfg "
+                "if your site installed its SLURM profile as default.cfg")
         if r.nodes == 1 and r.cpus_per_node is None:
             raise UsageError(
                 "--engine compss --nodes 1: the master node must run the trials itself "
@@ -109,12 +147,25 @@ class CompssJob:
             "worker_working_dir": str(self.worker_dir),
             "log_dir": str(self.log_dir),
             "pythonpath": ":".join(self.pythonpath) or None,
+            "python_interpreter": self.python,
             "sc_cfg": self.sc_cfg,
             "job_dependency": self.dependency,
+            "wall_clock_limit": self.runtime_limit_s,
         }
         argv = ["enqueue_compss"]
         argv += [f"--{k}={v}" for k, v in flags.items() if v is not None]
         argv += list(r.extra)
-        argv += [str(self.main_script), str(self.space_file), *self.study_args,
+        study_args = list(self.study_args)
+        if "--parallel" not in study_args and self.spec.search.parallel is None and self.slots:
+            study_args += ["--parallel", str(self.slots)]
+        argv += [str(self.main_script), str(self.space_file), *study_args,
                  "--timeout-s", f"{self.budget_s:g}", "--quiet"]
         return argv
+
+    def warnings(self) -> list[str]:
+        """What the site profile may silently drop."""
+        dropped = [(self.request.qos, "--qos", "DISABLE_QARG_QOS=true"),
+                   (self.request.account, "--account (--project_name)", "ENABLE_PROJECT_NAME=false")]
+        return [f"hpo: the COMPSs profile {self.sc_cfg!r} drops {flag} without a word if it sets "
+                f"{setting}; check the job's directives with 'scontrol show job ID' (hpo jobs "
+                "prints the id)" for value, flag, setting in dropped if value]

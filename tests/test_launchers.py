@@ -29,7 +29,8 @@ from hpo.launchers.states import from_slurm
 ENQUEUE_FLAGS = {"--num_nodes", "--exec_time", "--qos", "--queue", "--project_name",
                  "--cpus_per_node", "--gpus_per_node", "--worker_in_master_cpus",
                  "--worker_in_master_memory", "--worker_working_dir", "--master_working_dir",
-                 "--log_dir", "--job_dependency", "--sc_cfg", "--pythonpath", "--node_memory"}
+                 "--log_dir", "--job_dependency", "--sc_cfg", "--pythonpath", "--node_memory",
+                 "--python_interpreter", "--wall_clock_limit"}
 
 
 @pytest.fixture
@@ -74,49 +75,75 @@ def flags_of(argv: list[str]) -> dict[str, str]:
     return dict(a.split("=", 1) for a in argv[1:app])
 
 
-def test_compss_single_node_runs_trials_on_the_master(hpo, space, tmp_path):
-    argv = compss_argv(hpo, space, "--nodes", "1", "--time", "360", "--cpus-per-node", "48")
+def test_compss_one_node_flag_by_flag(hpo, space, tmp_path):
+    argv = compss_argv(hpo, space, "--nodes", "1", "--time", "360", "--cpus-per-node", "48",
+                       "--sc-cfg", "mn5.cfg")
     flags = flags_of(argv)
     assert argv[0] == "enqueue_compss"
-    assert set(flags) <= ENQUEUE_FLAGS, flags
-    assert flags["--num_nodes"] == "1" and flags["--exec_time"] == "360"
-    assert int(flags["--worker_in_master_cpus"]) == 48 > 0
-    assert flags["--cpus_per_node"] == "48"
-    for absent in ("--gpus_per_node", "--sc_cfg", "--qos", "--queue", "--project_name",
-                   "--job_dependency"):
-        assert absent not in flags
+    run_dir = tmp_path / "runs" / "toy"
+    assert flags == {
+        "--num_nodes": "1", "--exec_time": "360", "--cpus_per_node": "48",
+        # One node: the master's node runs the trials (COMPSs' default is 0 there).
+        "--worker_in_master_cpus": "48",
+        "--worker_working_dir": str(run_dir / "jobs" / "compss-work"),
+        "--log_dir": str(run_dir / "jobs" / "compss-logs"),
+        "--pythonpath": f"{ROOT}:{tmp_path}",
+        "--python_interpreter": sys.executable,  # the project's environment, not PATH's python3
+        "--sc_cfg": "mn5.cfg",
+        # The runtime's own limit after the study's budget (walltime - 300 s).
+        "--wall_clock_limit": str(360 * 60 - 150),
+    }
     # The repository's hpo_main.py and the space, both absolute; the study stops
     # before the walltime (default margin: 10% of 360 min, capped at 300 s).
     main_script = Path(argv[len(flags) + 1])
     assert main_script == ROOT / "hpo_main.py" and main_script.is_file()
-    assert argv[len(flags) + 2] == str(space.resolve())
-    tail = argv[len(flags) + 3:]
-    assert tail[tail.index("--timeout-s") + 1] == str(360 * 60 - 300)
-    assert tail[tail.index("--runs-dir") + 1] == str(tmp_path / "runs")
-    assert str(ROOT) in flags["--pythonpath"].split(":")
-    assert flags["--log_dir"] == str(tmp_path / "runs" / "toy" / "jobs" / "compss-logs")
+    assert argv[len(flags) + 2:] == [str(space.resolve()), "--runs-dir", str(tmp_path / "runs"),
+                                     "--timeout-s", str(360 * 60 - 300), "--quiet"]
 
 
-def test_compss_gpus_accounting_and_profile(hpo, gpu_space):
-    argv = compss_argv(hpo, gpu_space, "--nodes", "4", "--time", "120", "--gpus-per-node", "4",
-                       "--qos", "acc_debug", "--partition", "acc", "--account", "bsc99",
-                       "--sc-cfg", "mn5.cfg", "--stop-before", "600", "--after", "1234",
-                       "--max-trials", "6", "--timeout-s", "3600")
+def test_compss_four_gpu_nodes_flag_by_flag(hpo, tmp_path):
+    space = tmp_path / "gpus.json"
+    spec = toy_space("gpus", "hpo.examples.toy:sleep", resources={"cpus": 8, "gpus": 1})
+    del spec["search"]["parallel"]  # chosen from the allocation
+    space.write_text(json.dumps(spec))
+    argv = compss_argv(hpo, space, "--nodes", "4", "--time", "120", "--cpus-per-node", "80",
+                       "--gpus-per-node", "4", "--mem-per-node-gb", "300", "--qos", "acc_debug",
+                       "--partition", "acc", "--account", "bsc99", "--sc-cfg", "mn5.cfg",
+                       "--stop-before", "600", "--after", "1234", "--max-trials", "6",
+                       "--timeout-s", "3600", "--python", "/gpfs/env/bin/python")
     flags = flags_of(argv)
-    assert set(flags) <= ENQUEUE_FLAGS
-    assert flags == {**flags, "--num_nodes": "4", "--gpus_per_node": "4", "--qos": "acc_debug",
-                     "--queue": "acc", "--project_name": "bsc99", "--sc_cfg": "mn5.cfg",
-                     "--job_dependency": "1234"}
-    assert "--worker_in_master_cpus" not in flags  # several nodes: COMPSs's default (0)
+    run_dir = tmp_path / "runs" / "gpus"
+    assert flags == {
+        "--num_nodes": "4", "--exec_time": "120", "--cpus_per_node": "80", "--gpus_per_node": "4",
+        "--node_memory": str(300 * 1024), "--queue": "acc", "--qos": "acc_debug",
+        "--project_name": "bsc99",
+        "--worker_working_dir": str(run_dir / "jobs" / "compss-work"),
+        "--log_dir": str(run_dir / "jobs" / "compss-logs"),
+        "--pythonpath": f"{ROOT}:{tmp_path}", "--python_interpreter": "/gpfs/env/bin/python",
+        "--sc_cfg": "mn5.cfg", "--job_dependency": "1234",
+        "--wall_clock_limit": str(120 * 60 - 300),
+    }
     tail = argv[len(flags) + 3:]
     assert tail[tail.index("--max-trials") + 1] == "6"
+    # 3 worker nodes (the master's runs none) x min(80 CPUs / 8, 4 GPUs / 1).
+    assert tail[tail.index("--parallel") + 1] == str(3 * 4)
     # The smaller of the user's budget and walltime - margin.
     assert tail[tail.index("--timeout-s") + 1] == "3600"
 
 
+def test_compss_warns_what_a_profile_may_drop(hpo, space):
+    status, out, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "2",
+                           "--time", "10", "--sc-cfg", "mn5.cfg", "--qos", "debug", "--account", "a1")
+    assert status == 0
+    assert "drops --qos without a word if it sets DISABLE_QARG_QOS=true" in err
+    assert "drops --account (--project_name)" in err
+
+
 @pytest.mark.parametrize("options, words", [
-    (["--nodes", "1", "--time", "10"], ["--cpus-per-node", "--worker_in_master_cpus"]),
-    (["--nodes", "2", "--time", "10", "--gpus-per-node", "0"], ["GPU", "--gpus-per-node 1"]),
+    (["--nodes", "1", "--time", "10", "--sc-cfg", "x.cfg"], ["--cpus-per-node", "--worker_in_master_cpus"]),
+    (["--nodes", "2", "--time", "10", "--gpus-per-node", "0", "--sc-cfg", "x.cfg"],
+     ["GPU", "--gpus-per-node 1"]),
+    (["--nodes", "2", "--time", "10", "--gpus-per-node", "1"], ["--sc-cfg PROFILE", "default.cfg"]),
 ])
 def test_compss_refuses_what_cannot_run(hpo, gpu_space, options, words):
     status, out, err = hpo("submit", gpu_space, "--engine", "compss", "--dry-run", *options)
@@ -127,7 +154,8 @@ def test_compss_refuses_what_cannot_run(hpo, gpu_space, options, words):
 
 def test_compss_without_enqueue_compss_on_path(hpo, space, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    status, _, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "5")
+    status, _, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "5",
+                         "--sc-cfg", "x.cfg")
     assert status == 2 and "enqueue_compss: not found on PATH" in err and "--dry-run" in err
     assert not (tmp_path / "runs").exists()
 
@@ -209,7 +237,8 @@ def test_dry_run_submits_and_writes_nothing(hpo, space, monkeypatch, tmp_path):
         (fake / tool).chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
     assert hpo("submit", space, "--time", "5", "--dry-run")[0] == 0
-    assert hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "5", "--dry-run")[0] == 0
+    assert hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "5", "--sc-cfg",
+               "x.cfg", "--dry-run")[0] == 0
     assert not calls.exists() and not (tmp_path / "runs").exists()
 
 
@@ -247,7 +276,8 @@ def test_compss_submit_records_the_job(hpo, space, monkeypatch, tmp_path):
         "echo 'Submitted batch job 515'\n")
     (fake / "enqueue_compss").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
-    status, out, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "30")
+    status, out, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "30",
+                           "--sc-cfg", "x.cfg")
     assert status == 0, err
     run_dir = tmp_path / "runs" / "toy"
     [job] = read_jobs(run_dir)
