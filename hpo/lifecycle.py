@@ -31,7 +31,7 @@ from hpo.store import StudyStore
 from hpo.store.records import (
     TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
 )
-from hpo.trial import TrialTask, heartbeat_s
+from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s
 
 __all__ = [
     "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
@@ -63,11 +63,11 @@ def await_live_trials(store: StudyStore, progress: bool) -> None:
     """Trials an earlier master left running may still run somewhere (a Dask
     worker outlives its client): wait until they finish or their heartbeat
     goes stale, so that no trial ever runs twice at once."""
-    stale_after = 3 * heartbeat_s()
+    stale_after = SILENT_HEARTBEATS * heartbeat_s()
     told = False
     while True:
-        running = [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.RUNNING
-                   and time.time() - last_sign_of_life(t) < stale_after]
+        running = [t for t in store.trials(_RUNNING)
+                   if status_of(t) is TrialStatus.RUNNING and not fell_silent(t)]
         if not running:
             return
         if progress and not told:

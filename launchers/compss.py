@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpo.engines import trials_per_node
 from hpo.errors import UsageError
 from hpo.launchers.request import BatchRequest
 from hpo.space import StudySpec
@@ -99,10 +100,7 @@ class CompssJob:
         r, res = self.request, self.spec.resources
         if r.cpus_per_node is None:
             return None
-        per_node = r.cpus_per_node // res.cpus
-        if res.gpus:
-            per_node = min(per_node, r.gpus_per_node // res.gpus)
-        return self.worker_nodes * per_node
+        return self.worker_nodes * trials_per_node(res.cpus, res.gpus, r.cpus_per_node, r.gpus_per_node)
 
     def check(self) -> None:
         r, res = self.request, self.spec.resources

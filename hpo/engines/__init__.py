@@ -13,7 +13,7 @@ from hpo.engines._base import Engine
 from hpo.engines._compss import CompssEngine, under_compss_runtime
 from hpo.engines._dask import DaskEngine
 from hpo.engines._inline import InlineEngine
-from hpo.engines._machine import visible_gpus
+from hpo.engines._machine import trials_per_node, visible_gpus
 from hpo.errors import UsageError
 from hpo.registry import ENGINES
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hpo.space import StudySpec
 
 __all__ = ["Engine", "DaskEngine", "CompssEngine", "InlineEngine", "make_engine",
-           "default_engine_name", "under_compss_runtime", "visible_gpus"]
+           "default_engine_name", "under_compss_runtime", "visible_gpus", "trials_per_node"]
 
 
 def default_engine_name() -> str:

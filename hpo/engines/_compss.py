@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hpo.engines._base import Engine
-from hpo.engines._machine import visible_gpus
-from hpo.store.records import TrialStatus, last_sign_of_life, status_of, task_done
-from hpo.trial import TrialTask, heartbeat_s
+from hpo.engines._machine import node_cores, trials_per_node, visible_gpus
+from hpo.store.records import task_done
+from hpo.trial import TrialTask, fell_silent
 
-__all__ = ["CompssEngine", "under_compss_runtime", "trials_per_node"]
+__all__ = ["CompssEngine", "under_compss_runtime"]
 
 _RETURN_GRACE_S = 0.2
 
@@ -36,16 +35,6 @@ def under_compss_runtime() -> bool:
     if hasattr(context, "CONTEXT"):  # COMPSs 3.x
         return bool(context.CONTEXT.in_pycompss())
     return bool(context.in_pycompss())  # COMPSs 2.x
-
-
-def trials_per_node(cpus: int, gpus: int = 0) -> int:
-    """How many trials of ``cpus`` CPUs and ``gpus`` GPUs one node like this one
-    holds at once (``compss_get_number_of_resources`` counts nodes, not slots)."""
-    cores = int(os.environ.get("SLURM_CPUS_ON_NODE") or len(os.sched_getaffinity(0)))
-    fit = cores // max(cpus, 1)
-    if gpus:
-        fit = min(fit, len(visible_gpus()) // gpus)
-    return max(fit, 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +62,7 @@ class CompssEngine(Engine):
         self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
         self._tasks = self._api = None
+        self._declared: dict[bool, Any] = {}  # priority -> the declared COMPSs task
         self._count = itertools.count()
         self._over_since: dict[_Submitted, float] = {}
 
@@ -88,8 +78,10 @@ class CompssEngine(Engine):
         shape = self._tasks.TaskShape.of(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
         self._declared = {priority: self._tasks.trial_task(shape, priority) for priority in (False, True)}
         if self._slots is None:
+            # The runtime counts nodes, not slots; the nodes are taken to be like this one.
             nodes = max(1, int(self._api.compss_get_number_of_resources()))
-            self._slots = nodes * trials_per_node(self._cpus, self._gpus)
+            gpus_here = len(visible_gpus()) if self._gpus else 0
+            self._slots = nodes * trials_per_node(self._cpus, self._gpus, node_cores(), gpus_here)
 
     @property
     def slots(self) -> int:
@@ -121,13 +113,10 @@ class CompssEngine(Engine):
     @staticmethod
     def _stored_as_over(handle: _Submitted) -> bool:
         """Over: finished or suspended as expected, or started and then silent
-        for three heartbeats (its worker died: COMPSs ignores the failure)."""
+        (its worker died: COMPSs ignores the failure)."""
         task = handle.task
         trial = task.open_store().trial(task.trial_id)
-        if task_done(trial, task.after_segment):
-            return True
-        silent_for = time.time() - last_sign_of_life(trial)
-        return status_of(trial) is TrialStatus.RUNNING and silent_for > 3 * heartbeat_s()
+        return task_done(trial, task.after_segment) or fell_silent(trial)
 
     def settle(self, handle: _Submitted) -> None:
         # Finished already: the store said so. A task whose worker died ends

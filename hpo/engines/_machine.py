@@ -8,7 +8,7 @@ import subprocess
 
 from hpo.errors import EngineError
 
-__all__ = ["visible_gpus", "refuse_beyond_this_machine"]
+__all__ = ["visible_gpus", "node_cores", "trials_per_node", "refuse_beyond_this_machine"]
 
 
 def visible_gpus() -> list[str]:
@@ -21,6 +21,21 @@ def visible_gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def node_cores() -> int:
+    """The cores of this node the job may use: SLURM's figure inside an
+    allocation, else this process's affinity."""
+    return int(os.environ.get("SLURM_CPUS_ON_NODE") or len(os.sched_getaffinity(0)))
+
+
+def trials_per_node(cpus: int, gpus: int, cores: int, node_gpus: int) -> int:
+    """How many trials of ``cpus`` CPUs and ``gpus`` GPUs a node of ``cores``
+    cores and ``node_gpus`` GPUs holds at once (at least one)."""
+    fit = cores // max(cpus, 1)
+    if gpus:
+        fit = min(fit, node_gpus // gpus)
+    return max(fit, 1)
 
 
 def refuse_beyond_this_machine(cpus: int, gpus: int, remote_fix: str) -> None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from hpo.space import StudySpec
 
 __all__ = ["TrialTask", "TrialOutcome", "TaskInterrupted", "run_trial", "open_trial",
-           "give_up_task"]
+           "give_up_task", "fell_silent", "SILENT_HEARTBEATS"]
 
 
 @dataclass(frozen=True)
@@ -228,6 +228,17 @@ class _Heartbeat:
 def heartbeat_s() -> float:
     """Seconds between heartbeats (``HPO_HEARTBEAT_S``, default 10)."""
     return float(os.environ.get("HPO_HEARTBEAT_S", "10"))
+
+
+# Heartbeats a started trial may miss before it counts as lost.
+SILENT_HEARTBEATS = 3
+
+
+def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a started trial missed ``SILENT_HEARTBEATS`` heartbeats (or was
+    given up): its worker or master is gone, and nothing will finish it."""
+    silent_for = time.time() - last_sign_of_life(trial)
+    return status_of(trial) is TrialStatus.RUNNING and silent_for >= SILENT_HEARTBEATS * heartbeat_s()
 
 
 def _failed_attempts(run: RunRecord) -> int:
