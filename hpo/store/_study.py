@@ -16,6 +16,7 @@ from typing import Any
 
 import optuna
 
+from hpo.store._journal import JournalFile
 from hpo.store.records import (
     ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
     event_key, event_record, report_key, run_of,
@@ -37,7 +38,8 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         # instead of failing at once with "database is locked".
         kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+    # Sets a torn tail aside before appending; refuses damage in the middle.
+    return optuna.storages.JournalStorage(JournalFile(url))
 
 
 @lru_cache(maxsize=8)

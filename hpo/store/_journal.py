@@ -1,0 +1,321 @@
+"""The journal file, kept readable after a crash.
+
+A write cut off (a crash inside an append, a full disk) leaves a torn tail:
+bytes after the last intact record. Optuna's reader skips it, but its next
+append is glued onto it, and from then on every read fails.
+:class:`JournalFile` sets such a tail aside before it appends. Damage followed
+by intact records is refused on reading; :func:`repair_journal` salvages the
+intact records and says honestly what the dropped bytes may have held.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import optuna
+from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileSymlinkLock
+
+from hpo.errors import UsageError
+from hpo.store._files import write_atomically
+
+__all__ = ["JournalFile", "repair_journal"]
+
+# Optuna's op codes (JournalOperation) of the records that number studies and
+# trials: replay gives ids by the order of these records.
+_CREATE_STUDY, _CREATE_TRIAL = 0, 4
+# The fields Optuna's replay reads from each kind of record, besides
+# "worker_id", by op code (JournalOperation).
+_FIELDS: dict[int, tuple[str, ...]] = {
+    0: ("study_name", "directions"), 1: ("study_id",), 2: ("study_id", "user_attr"),
+    3: ("study_id", "system_attr"), 4: ("study_id", "datetime_start"),
+    5: ("trial_id", "param_name", "param_value_internal", "distribution"),
+    6: ("trial_id", "state", "values"), 7: ("trial_id", "step", "intermediate_value"),
+    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (),
+}
+_OP_CODE = re.compile(rb'\{"op_code":(\d+),')
+_CHUNK = 8192
+
+
+class JournalFile(JournalFileBackend):
+    """Optuna's journal file backend that never makes damage worse: a torn tail
+    is set aside before an append, damage in the middle is refused on reading."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._journal_lock = JournalFileSymlinkLock(path)
+        super().__init__(path, lock_obj=self._journal_lock)
+        self._offsets = {0: 0}  # record number -> byte offset of its line
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        number = log_number_from if log_number_from in self._offsets else 0
+        offset = self._offsets[number]
+        with open(self._path, "rb") as f:
+            end = os.fstat(f.fileno()).st_size  # lines appended meanwhile wait for the next read
+            f.seek(offset)
+            for line in f:
+                if offset + len(line) > end:
+                    return
+                record = _record(line)
+                if record is None:
+                    _refuse_damage_before_records(self._path, offset)
+                    return  # a torn tail, or a write still going on
+                offset += len(line)
+                number += 1
+                self._offsets[number] = offset
+                if number > log_number_from:
+                    yield record
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
+        # Under the lock no other append is half done: a tail that does not end
+        # in an intact record is torn for good.
+        self._journal_lock.acquire()
+        try:
+            with open(self._path, "ab+") as f:
+                _set_torn_tail_aside(f, self._path)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            self._journal_lock.release()
+
+
+def repair_journal(path: str) -> list[str]:
+    """Replace a damaged journal by its intact records, keeping the original
+    beside it; lines that say what was dropped and kept. A salvage that would
+    give trials the wrong ids is refused (:class:`UsageError`), nothing changed."""
+    lock = JournalFileSymlinkLock(path)
+    lock.acquire()  # no append may land between reading and replacing
+    try:
+        data = Path(path).read_bytes()
+        kept, damaged = _scan(data)
+        if not damaged:
+            return [f"{path}: nothing to repair ({len(kept)} intact records)"]
+        _refuse_unfaithful(path, data, kept, damaged)
+        replayed = _replay(path, [record for _, record in kept])
+        original = _free_name(path, "damaged")
+        write_atomically(original, data)  # first: a crash here leaves both
+        write_atomically(path, b"".join(data[at:data.index(b"\n", at) + 1] for at, _ in kept))
+    finally:
+        lock.release()
+    return [f"repaired {path}",
+            *(f"  dropped {_describe(data, start, stop)}" for start, stop in damaged),
+            f"  kept {len(kept)} intact records; Optuna replays them: {replayed}",
+            *(f"  {line}" for line in _verdict(data, damaged)),
+            f"  the damaged original is kept as {original}"]
+
+
+# -- reading ------------------------------------------------------------------
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """The record on ``line``, or None when the line is damaged."""
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        record = json.loads(line.decode())
+    except ValueError:  # not UTF-8, not JSON
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
+        return None
+    # Pieces of two records can join into valid JSON: the fields tell.
+    fields = _FIELDS.get(record["op_code"])
+    complete = fields is not None and all(f in record for f in ("worker_id", *fields))
+    return record if complete else None
+
+
+def _refuse_damage_before_records(path: str, offset: int) -> None:
+    """Raise when intact records follow the damaged line at ``offset``.
+
+    The file is opened afresh: a writer may have set the tail aside meanwhile.
+    """
+    with open(path, "rb") as f:
+        f.seek(offset)
+        if _record(f.readline()) is not None:
+            return  # repaired meanwhile: the next read goes on from here
+        stop = f.tell()
+        for line in f:
+            if _record(line) is not None:
+                raise _damage_error(path, offset, stop)
+            stop += len(line)
+
+
+def _damage_error(path: str, start: int, stop: int) -> UsageError:
+    where = Path(path)
+    run_dir = where.parent if where.name == "journal.log" else "RUN_DIR"
+    return UsageError(
+        f"{path}: damaged at byte {start}: {stop - start} unreadable bytes are followed by intact "
+        "records, so the study cannot be read, and writing to it would make it worse.\n"
+        f"  fix: hpo repair {run_dir}  (it keeps the damaged file beside the repaired one and "
+        "says what it drops)")
+
+
+# -- a torn tail --------------------------------------------------------------
+
+
+def _set_torn_tail_aside(f: BinaryIO, path: str) -> None:
+    """Move the bytes after the last intact record into a file beside the
+    journal, and cut the journal there. Cheap when the tail is intact."""
+    size = f.seek(0, os.SEEK_END)
+    end = _last_record_end(f, size)
+    if end == size:
+        return
+    f.seek(end)
+    aside = _free_name(path, "torn")
+    write_atomically(aside, f.read(size - end))
+    f.truncate(end)
+    os.fsync(f.fileno())
+    print(f"hpo: {path}: its last write was cut off; the {size - end} bytes after the last intact "
+          f"record (byte {end} on) are set aside in {aside}, and the journal goes on from there",
+          file=sys.stderr)
+
+
+def _last_record_end(f: BinaryIO, size: int) -> int:
+    """The offset just past the last intact record (0 when there is none)."""
+    end = size
+    while end > 0:
+        start = _line_start(f, end)
+        f.seek(start)
+        if _record(f.read(end - start)) is not None:
+            return end
+        end = start
+    return 0
+
+
+def _line_start(f: BinaryIO, end: int) -> int:
+    """Where the line that ends at ``end`` (its newline, if any, included) starts."""
+    pos = end - 1
+    while pos > 0:
+        step = min(pos, _CHUNK)
+        f.seek(pos - step)
+        found = f.read(step).rfind(b"\n")
+        if found >= 0:
+            return pos - step + found + 1
+        pos -= step
+    return 0
+
+
+def _free_name(path: str, kind: str) -> Path:
+    """``<journal>.<kind>-<UTC time>``, numbered when taken (called under the lock)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    name, n = Path(f"{path}.{kind}-{stamp}"), 1
+    while name.exists():
+        n += 1
+        name = Path(f"{path}.{kind}-{stamp}-{n}")
+    return name
+
+
+# -- salvage ------------------------------------------------------------------
+
+
+def _scan(data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
+    """The intact records with their offsets, and the damaged byte ranges."""
+    kept: list[tuple[int, dict[str, Any]]] = []
+    damaged: list[tuple[int, int]] = []
+    offset = 0
+    for line in io.BytesIO(data):
+        record = _record(line)
+        if record is not None:
+            kept.append((offset, record))
+        elif damaged and damaged[-1][1] == offset:
+            damaged[-1] = (damaged[-1][0], offset + len(line))
+        else:
+            damaged.append((offset, offset + len(line)))
+        offset += len(line)
+    return kept, damaged
+
+
+def _refuse_unfaithful(path: str, data: bytes, kept: list[tuple[int, dict[str, Any]]],
+                       damaged: list[tuple[int, int]]) -> None:
+    """Refuse a salvage in which Optuna's replay would give trials the wrong ids."""
+    problem = _lost_creation(data, damaged) or _dangling(kept)
+    if problem:
+        raise UsageError(
+            f"{path}: cannot be repaired faithfully: {problem}. Optuna numbers studies and trials "
+            "by the order of their creation records, so without it later records would land on "
+            "the wrong trial or be lost; the journal is left as it was.\n"
+            "  fix: restore the journal from a backup, or run the study again in a new run "
+            "directory (--runs-dir)")
+
+
+def _lost_creation(data: bytes, damaged: list[tuple[int, int]]) -> str | None:
+    """A creation record still readable in dropped bytes that records follow."""
+    for start, stop in damaged:
+        ops = {int(op) for op in _OP_CODE.findall(data, start, stop)}
+        if stop < len(data) and ops & {_CREATE_STUDY, _CREATE_TRIAL}:
+            return f"the dropped bytes {start}-{stop - 1} held a study or trial creation"
+    return None
+
+
+def _dangling(kept: list[tuple[int, dict[str, Any]]]) -> str | None:
+    """The first intact record that writes to a study or trial no record before
+    it creates: a creation was among the dropped bytes, unreadable."""
+    studies: list[Any] = []
+    trials = 0
+    for offset, record in kept:
+        study, trial = record.get("study_id"), record.get("trial_id")
+        if isinstance(study, int) and study >= len(studies):
+            return (f"the record at byte {offset} writes to study {study}, which no intact record "
+                    "before it creates")
+        if isinstance(trial, int) and trial >= trials:
+            return (f"the record at byte {offset} writes to trial id {trial}, but the intact "
+                    f"records before it create only {trials} trials")
+        if record["op_code"] == _CREATE_STUDY and record.get("study_name") not in studies:
+            studies.append(record.get("study_name"))
+        trials += record["op_code"] == _CREATE_TRIAL
+    return None
+
+
+class _Records(BaseJournalBackend):
+    """Records in memory, for Optuna to replay."""
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self._records = records
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        return iter(self._records[log_number_from:])
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        raise RuntimeError("read only")
+
+
+def _replay(path: str, records: list[dict[str, Any]]) -> str:
+    """What Optuna makes of ``records``; refused when its replay fails."""
+    try:
+        storage = optuna.storages.JournalStorage(_Records(records))
+        counts = {s.study_name: len(storage.get_all_trials(
+            storage.get_study_id_from_name(s.study_name), deepcopy=False))
+            for s in storage.get_all_studies()}
+    except Exception as exc:  # whatever fails, the salvage is not a journal Optuna can use
+        raise UsageError(f"{path}: its intact records do not replay with Optuna "
+                         f"({type(exc).__name__}: {exc}); the journal is left as it was.\n"
+                         "  fix: restore the journal from a backup") from None
+    return ", ".join(f"study {name!r} with {n} trials" for name, n in counts.items())
+
+
+def _describe(data: bytes, start: int, stop: int) -> str:
+    starts = len(_OP_CODE.findall(data, start, stop))
+    lines = data.count(b"\n", start, stop) + (not data[start:stop].endswith(b"\n"))
+    return (f"bytes {start}-{stop - 1} ({stop - start} bytes, {lines} damaged line(s); "
+            f"{starts} record start(s) still recognisable in them)")
+
+
+def _verdict(data: bytes, damaged: list[tuple[int, int]]) -> list[str]:
+    """What the dropped bytes may have held, as far as can be told."""
+    if len(damaged) == 1 and damaged[0][1] == len(data):
+        return ["the damage was at the end: only the last writes are lost and no kept record "
+                "depends on them; the same `hpo run` redoes what they held"]
+    return ["warning: the dropped bytes may have held records the replay needs (a report, an "
+            "attribute, a trial's result): check the trials with `hpo status`; the same "
+            "`hpo run` redoes trials left unfinished",
+            "no sign of a lost study or trial creation (none recognisable in the dropped bytes, "
+            "and every kept record writes to a study and trial created before it), so no trial "
+            "id has shifted"]
