@@ -102,9 +102,10 @@ class StudyResult:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "StudyResult":
-        """Read the results of the study in ``run_dir``."""
+        """Read the results of the study in ``run_dir``, changing nothing there
+        (a missing journal is an error, never created empty)."""
         run = RunDir(Path(run_dir))
-        return cls.from_store(run.open_store(), run.read()["spec"]["metric"]["name"])
+        return cls.from_store(run.open_store(read_only=True), run.read()["spec"]["metric"]["name"])
 
     @property
     def best(self) -> TrialRecord | None:

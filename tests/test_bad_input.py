@@ -9,20 +9,29 @@ exit status 2, the JSON path and a fix, no traceback, and no trial started.
 A study whose objective raises, returns NaN, infinity or a non-number, or
 exceeds its time limit records each such trial as failed (or timed out) with
 the reason, and the other trials run to the end.
+
+Input at the limits (huge grids, deep nesting, devices as files, damaged run
+directories, closed pipes, nonsense flags) is refused the same way: exit
+status 2 and a message naming the place and the fix, nothing created.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 import hpo
+from hpo.errors import SpaceError
 from hpo.trial import TrialStatus
 from hpo.store.records import RUN_ATTR
-from test_cli import ok, run
+from test_cli import ENV, HPO, ROOT, ok, run
 from test_e2e import stored_trials
 
 RESOURCES = Path(__file__).resolve().parent / "bad_spaces" / "resources"
@@ -80,9 +89,8 @@ def test_running_workers_refuse_what_none_of_them_has(dask_address, tmp_path, fi
     proc = run("run", rel, "--engine", "dask", "--scheduler", dask_address, "--runs-dir", runs)
     message = _refused(proc, rel, "$.resources", "--resources", [f"needing {need}", "CPU=1"])
     assert "workers offer" in message
-    # The study was opened before the workers could be asked; no trial was created.
-    summary = json.loads(ok(run("status", runs / Path(file).stem, "--json")).stdout)
-    assert summary["trials"] == 0 and not any(summary["counts"].values())
+    # The workers were asked before anything was recorded: no run directory.
+    assert not (runs / Path(file).stem).exists()
 
 
 # ------------------------------------------------------------ misbehaving objectives
@@ -144,3 +152,207 @@ def test_failing_objectives_are_recorded_and_the_study_goes_on(dask_address, tmp
     raised = stored["raise"].user_attrs[RUN_ATTR]["error"]
     assert raised["type"] == "ValueError" and "Traceback" in raised["traceback"]
     assert stored["hang"].user_attrs[RUN_ATTR]["timed_out"] is True
+
+
+# ------------------------------------------------------------ input at the limits
+
+QUAD = {"objective": "hpo.examples.toy:quadratic", "metric": {"name": "value"}}
+
+
+def _space_file(tmp_path: Path, data: dict, name: str = "space.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _usage_error(proc) -> str:
+    """The ``hpo: error:`` message of an exit-2 refusal without traceback."""
+    err = proc.stderr
+    assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{err}"
+    assert "Traceback" not in err, err
+    return err[err.index("error:"):]
+
+
+def _limited(*args: str | Path, timeout: float = 30) -> subprocess.CompletedProcess:
+    """``hpo`` with 2 GiB of address space: a runaway read fails instead of eating the machine."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    return subprocess.run([*HPO, *map(str, args)], cwd=ROOT, env=ENV, preexec_fn=limit,
+                          timeout=timeout, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("algorithm", ["grid", "random"])
+def test_a_product_of_categoricals_beyond_sys_maxsize_is_searched(tmp_path, algorithm):
+    space = _space_file(tmp_path, {**QUAD, "space": {f"p{i:02d}": list(range(10)) for i in range(20)}})
+    assert "grid size   100,000,000,000,000,000,000" in ok(run("validate", space)).stdout
+    runs = tmp_path / "runs"
+    proc = ok(run("run", space, "--algorithm", algorithm, "--max-trials", "3", "--engine", "inline",
+                  "--runs-dir", runs, "--quiet"))
+    assert "3 trials: 3 complete" in proc.stdout
+
+
+@pytest.mark.parametrize(("param", "key"), [
+    ({"type": "float", "low": 0, "high": 1, "step": 1e-300}, "step"),
+    ({"type": "float", "low": -1e308, "high": 1e308, "step": 1}, "step"),  # high - low overflows
+    ({"type": "float", "low": 0, "high": 1, "num": 10**30}, "num"),
+], ids=["tiny-step", "overflowing-range", "huge-num"])
+def test_float_grid_of_too_many_points_is_a_space_error(tmp_path, param, key):
+    space = _space_file(tmp_path, {**QUAD, "space": {"x": param}})
+    message = _refused(run("validate", space), str(space), f"$.space.x.{key}", f'"{key}"', ["2**53"])
+    assert "no longer distinct" in message
+
+
+def test_json_nested_too_deep_is_a_space_error(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    _refused(run("validate", deep), str(deep), "$", "nesting", ["nested too deeply"])
+
+    # Deep enough for the parser, too deep for a space: refused at its place.
+    value: object = 1
+    for _ in range(150):
+        value = {"a": value}
+    with pytest.raises(SpaceError, match=r"\$\.fixed\.a\.a\.a.*: nested more than 100 levels"):
+        hpo.space.parse_spec({"fixed": {"a": value}, "space": {"x": [1, 2]}})
+
+
+@pytest.mark.parametrize(("source", "error"), [
+    ("def train(config, trial:\n    return 1\n", "SyntaxError: '(' was never closed"),
+    ("import os\nDATA = os.environ['HPO_NO_SUCH_VARIABLE']\n", "KeyError: 'HPO_NO_SUCH_VARIABLE'"),
+    ("import sys\nsys.exit('usage: train.py DATA')\n", "SystemExit: usage: train.py DATA"),
+], ids=["syntax-error", "raises", "exits"])
+def test_objective_module_failing_at_import_is_a_usage_error(tmp_path, source, error):
+    module = tmp_path / "broken_objective.py"
+    module.write_text(source)
+    space = _space_file(tmp_path, {**QUAD, "objective": "broken_objective:train", "space": {"x": [1]}})
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), ENV.get("PYTHONPATH", str(ROOT))])}
+    runs = tmp_path / "runs"
+    for args in (["validate", space], ["run", space, "--engine", "inline", "--runs-dir", runs]):
+        message = _refused(run(*args, env_extra=env), str(space), "$.objective", "broken_objective",
+                           ["'broken_objective'", error])
+        if error.startswith("SyntaxError"):
+            assert f"{module}, line 1" in message  # the file, in full
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize("seed", [2**32, -1])
+def test_seed_beyond_32_bits_is_a_space_error(tmp_path, seed):
+    space = _space_file(tmp_path, {**QUAD, "search": {"seed": seed}, "space": {"x": [1, 2]}})
+    also = ["from 0 to 4294967295", f"got {seed}"]
+    _refused(run("validate", space), str(space), "$.search.seed", "4294967295", also)
+    ok_space = _space_file(tmp_path, {**QUAD, "space": {"x": [1, 2]}}, "ok.json")
+    proc = run("run", ok_space, "--seed", str(seed), "--engine", "inline", "--runs-dir", tmp_path / "r")
+    _refused(proc, str(ok_space), "$.search.seed", "4294967295", also)
+    assert not (tmp_path / "r").exists()
+
+
+def test_device_fifo_directory_or_huge_file_as_space_fails_fast(tmp_path):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opening it would wait for a writer forever
+    huge = tmp_path / "huge.json"
+    huge.write_text(" " * (17 * 2**20) + "{}")
+    cases = [("/dev/zero", "a device, pipe or socket"), (fifo, "a device, pipe or socket"),
+             (tmp_path, "a directory"), (huge, "larger than 16 MB")]
+    for path, problem in cases:
+        message = _refused(_limited("validate", path), str(path), "$", "fix:", [problem])
+        assert "not a regular file" in message or "larger" in message
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """The run directory of a small finished study (12 trials)."""
+    tmp = tmp_path_factory.mktemp("finished")
+    space = _space_file(tmp, {**QUAD, "name": "quad", "space": {"x": [0, 1, 2, 3], "y": [-1, 0, 1]}})
+    ok(run("run", space, "--engine", "inline", "--runs-dir", tmp / "runs", "--quiet"))
+    return tmp / "runs" / "quad"
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path) -> Path:
+    """A copy of the finished run directory, free to damage."""
+    return Path(shutil.copytree(finished_run, tmp_path / "quad"))
+
+
+def test_export_to_a_missing_directory_is_a_usage_error(run_copy, tmp_path):
+    target = tmp_path / "missing" / "trials.csv"
+    message = _usage_error(run("export", run_copy, "-o", target))
+    assert str(target) in message and "fix:" in message and "existing directory" in message
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{not json", "cannot be read as JSON"),
+    ('{"storage": "journal.log"}', "not a study record"),
+    ('{"spec": {"name": "quad"}, "storage": "journal.log"}', "not a study record"),
+    ("[1, 2]", "not a study record"),
+], ids=["not-json", "no-spec", "spec-without-metric", "not-an-object"])
+def test_damaged_study_json_is_a_usage_error(run_copy, content, problem):
+    study_file = run_copy / "study.json"
+    study_file.write_text(content)
+    before = sorted(run_copy.rglob("*"))
+    for command in ("status", "export"):
+        message = _usage_error(run(command, run_copy))
+        assert f"error: {study_file}: {problem}" in message and "fix:" in message, message
+    assert sorted(run_copy.rglob("*")) == before and study_file.read_text() == content
+
+
+def test_status_after_the_journal_was_deleted_creates_nothing(run_copy):
+    (run_copy / "journal.log").unlink()
+    before = sorted(run_copy.rglob("*"))
+    for command in ("status", "export"):
+        message = _usage_error(run(command, run_copy))
+        assert "journal.log is missing" in message and "fix:" in message, message
+    assert sorted(run_copy.rglob("*")) == before, "no empty journal created"
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["export"]])
+def test_reader_gone_exits_quietly_with_sigpipe_status(run_copy, command):
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # like `| head -1` once head has exited
+    try:
+        proc = subprocess.run([*HPO, *command, str(run_copy)], cwd=ROOT, env=ENV, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_status_of_a_study_renamed_in_study_json_names_the_stored_one(run_copy):
+    study_file = run_copy / "study.json"
+    record = json.loads(study_file.read_text())
+    record["spec"]["name"] = "renamed"
+    study_file.write_text(json.dumps(record))
+    for command in ("status", "export"):
+        message = _usage_error(run(command, run_copy))
+        assert "no study named 'renamed', only 'quad'" in message, message
+        assert f"fix: put the name back in {study_file}" in message, message
+
+
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--workers", "0", "an integer >= 1"),
+    ("--workers", "-3", "an integer >= 1"),
+    ("--parallel", "0", "an integer >= 1"),
+    ("--max-trials", "-1", "an integer >= 1"),
+    ("--max-trials", "ten", "an integer >= 1"),
+    ("--timeout-s", "0", "a number > 0"),
+    ("--timeout-s", "nan", "a number > 0"),
+])
+def test_counts_and_durations_on_the_command_line_must_be_positive(tmp_path, flag, value, expected):
+    space = _space_file(tmp_path, {**QUAD, "space": {"x": [1, 2]}})
+    runs = tmp_path / "runs"
+    proc = run("run", space, flag, value, "--engine", "inline", "--runs-dir", runs, "--quiet")
+    message = _usage_error(proc)
+    assert f"argument {flag}: expected {expected}, got '{value}'" in message, message
+    assert not runs.exists()
+
+
+def test_large_categorical_is_checked_in_linear_time(tmp_path):
+    # Quadratic duplicate detection would take an hour here; linear takes a second.
+    choices = list(range(200_000))
+    space = _space_file(tmp_path, {**QUAD, "space": {"x": choices}})
+    assert "grid size   200,000" in ok(run("validate", space)).stdout
+
+    # Duplicates are still refused at their place (True == 1, as for Optuna).
+    with pytest.raises(SpaceError, match=r"\$\.x\[200000\]: duplicate choice True "
+                                         r"\(equal to 1 at \[1\]\)"):
+        hpo.space.parse_spec({"x": [*choices, True]})

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import optuna
 
 from hpo.errors import UsageError
 from hpo.search._base import Searcher, _key
+from hpo.space import Grid
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler"]
 
@@ -17,17 +18,21 @@ _TRIES = 20
 
 
 class GridSearcher(Searcher):
-    """Every point of a lazy grid, in index order (sorted keys, first slowest)."""
+    """Every point of a lazy grid, in index order (sorted keys, first slowest).
 
-    def __init__(self, study, distributions, grid: Sequence[dict[str, Any]]) -> None:
+    Sizes are ``grid.size``, never ``len(grid)``, which fails beyond ``sys.maxsize``
+    (20 parameters of 10 choices make 10**20 points).
+    """
+
+    def __init__(self, study, distributions, grid: Grid) -> None:
         super().__init__(study, distributions)
         self._grid = grid
         self._index = 0
 
     def _exhausted(self) -> bool:
-        while self._index < len(self._grid) and not self._is_new(self._grid[self._index]):
+        while self._index < self._grid.size and not self._is_new(self._grid[self._index]):
             self._index += 1
-        return self._index >= len(self._grid)
+        return self._index >= self._grid.size
 
     def _propose(self, study, trial):
         self._index += 1
@@ -43,7 +48,7 @@ class SamplerSearcher(Searcher):
     """
 
     def __init__(self, study, distributions, inner: optuna.samplers.BaseSampler,
-                 grid: Sequence[dict[str, Any]] | None, seed: int | None) -> None:
+                 grid: Grid | None, seed: int | None) -> None:
         super().__init__(study, distributions)
         self._inner = inner
         self.adaptive = not isinstance(inner, optuna.samplers.RandomSampler)
@@ -54,7 +59,7 @@ class SamplerSearcher(Searcher):
         self._replay = set(self._seen)
 
     def _exhausted(self) -> bool:
-        return self._grid is not None and len(self._seen) >= len(self._grid)
+        return self._grid is not None and len(self._seen) >= self._grid.size
 
     def _propose(self, study, trial):
         tries = 0
@@ -85,9 +90,9 @@ class SamplerSearcher(Searcher):
     def _unseen_grid_point(self) -> dict[str, Any] | None:
         if self._grid is None:
             return None
-        size = len(self._grid)
+        size = self._grid.size
         candidates = [self._rng.randrange(size) for _ in range(100)]
-        for index in candidates + list(range(size)):
+        for index in itertools.chain(candidates, range(size)):  # lazily: the grid may be huge
             if self._is_new(self._grid[index]):
                 return self._grid[index]
         return None

@@ -80,12 +80,17 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def as_int(value: object, at: Loc, minimum: int | None = None) -> int:
-    """``value`` if it is an int (not a bool) of at least ``minimum``."""
-    what = "an integer" if minimum is None else f"an integer >= {minimum}"
+def as_int(value: object, at: Loc, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) from ``minimum`` to ``maximum``."""
+    what = "an integer"
+    if maximum is not None:
+        what += f" <= {maximum}" if minimum is None else f" from {minimum} to {maximum}"
+    elif minimum is not None:
+        what += f" >= {minimum}"
     if not isinstance(value, int) or isinstance(value, bool):
         at.expected(what, value)
-    if minimum is not None and value < minimum:
+    too_small = minimum is not None and value < minimum
+    if too_small or (maximum is not None and value > maximum):
         at.fail(f"expected {what}, got {value!r}", f"write {what}")
     return value
 
@@ -144,13 +149,15 @@ def check_choices(value: object, at: Loc) -> tuple[Choice, ...]:
     """The choices of a categorical parameter: a non-empty list of distinct scalars."""
     if not isinstance(value, (list, tuple)) or not value:
         at.expected("a non-empty list of choices", value, 'write a list such as ["adam", "sgd"]')
+    # Index of each choice seen: one look-up per choice, so a million choices check fast.
+    # Equal numbers hash alike, so 1, 1.0 and True are one key, as they are one choice to Optuna.
+    firsts: dict[Choice, int] = {}
     for i, choice in enumerate(value):
         if not (choice is None or isinstance(choice, (str, bool)) or _is_number(choice)):
             (at / i).expected("a string, number, boolean or null", choice)
         if isinstance(choice, float) and not math.isfinite(choice):
             (at / i).fail(f"expected a finite number, got {choice!r}", "write a finite number")
-        # ``==`` on purpose: 1, 1.0 and True are one choice to Optuna.
-        first = next(j for j, other in enumerate(value) if other == choice)
+        first = firsts.setdefault(choice, i)
         if first < i:
             (at / i).fail(
                 f"duplicate choice {choice!r} (equal to {value[first]!r} at [{first}])",
@@ -324,6 +331,21 @@ class IntParam(Param):
         return _range_text(self)
 
 
+def _check_count(param: FloatParam) -> None:
+    # Beyond 2**53 points the index k in low + k * step is no longer exact, neighbouring
+    # points are one float, and the grid could not even be counted with len().
+    limit = "more than 2**53 grid points, beyond which they are no longer distinct 64-bit floats"
+    if param.step is not None and not param._steps() < _EXACT_INT:
+        (param.loc / "step").fail(
+            f"step={param.step!r} in [{param.low!r}, {param.high!r}] gives {limit}",
+            'use a larger "step", or remove "step" for a continuous range',
+        )
+    if param.num is not None and param.num > _EXACT_INT:
+        (param.loc / "num").fail(
+            f"num={param.num!r} asks for {limit}", 'use a smaller "num", or remove "num" for a continuous range'
+        )
+
+
 @dataclass(frozen=True)
 class FloatParam(Param):
     """Real numbers from ``low`` to ``high``, continuous or on grid points.
@@ -365,14 +387,19 @@ class FloatParam(Param):
             (at / "num").fail(
                 f'"num" and "step" exclude each other, got num={self.num!r}', 'keep one of "num" and "step"'
             )
+        _check_count(self)
 
     @property
     def is_finite(self) -> bool:
         return self.step is not None or self.num is not None
 
+    def _steps(self) -> float:
+        """Steps from low to high, as a float: inf when ``high - low`` overflows."""
+        return (self.high - self.low) / self.step * (1 + 1e-9)
+
     def grid_values(self) -> Sequence[float]:
         if self.step is not None:
-            count = math.floor((self.high - self.low) / self.step * (1 + 1e-9)) + 1
+            count = math.floor(self._steps()) + 1
             return Points(count, lambda k: min(_tidy(self.low + k * self.step), self.high))
         if self.num is not None:
             return Points(self.num, self._spaced)

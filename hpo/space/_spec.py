@@ -21,6 +21,7 @@ import copy
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -54,6 +55,12 @@ _TOP_KEYS = (
 )
 _SEARCH_KEYS = ("algorithm", "sampler", "max_trials", "parallel", "seed", "timeout_s")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
+# Far more than any space needs (a million choices take about 10 MB); a path to
+# something else entirely fails fast instead of filling memory.
+_MAX_BYTES = 16 * 2**20
+# Far deeper than any space, and shallow enough that copying and writing the
+# spec stays clear of Python's recursion limit.
+_MAX_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,8 @@ _SEARCH: dict[str, _Check] = {
     "sampler": partial(as_choice, options=SAMPLERS),
     "max_trials": partial(as_int, minimum=1),
     "parallel": partial(as_int, minimum=1),
-    "seed": partial(as_int, minimum=0),  # numpy's generators refuse negative seeds
+    # numpy's generators and Optuna's samplers take seeds of 32 bits, never negative
+    "seed": partial(as_int, minimum=0, maximum=2**32 - 1),
     "timeout_s": _positive,
 }
 _RESOURCES: dict[str, _Check] = {
@@ -305,21 +313,39 @@ def load_spec(path: str | os.PathLike[str]) -> StudySpec:
     """Read and validate the study file at ``path``; its stem is the default name."""
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        fix = "check the path (example spaces are in search_spaces/)"
-        raise SpaceError(source, "$", "no such file", fix) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        fix = "give the path of a readable UTF-8 JSON file"
-        raise SpaceError(source, "$", f"cannot read the file: {exc}", fix) from None
+    text = _read_text(path, Loc(source))
     try:
         data = json.loads(text, object_pairs_hook=partial(_no_duplicate_keys, source))
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         problem, fix = f"invalid JSON: {exc.msg} at {where}", f"check the JSON syntax near {where}"
         raise SpaceError(source, "$", problem, fix) from None
+    except RecursionError:
+        Loc(source).fail("JSON nested too deeply to parse (over about 1,000 levels)",
+                         f"a space needs a few levels of nesting, never more than {_MAX_DEPTH}")
     return parse_spec(data, source, default_name=path.stem)
+
+
+def _read_text(path: Path, at: Loc) -> str:
+    """The file's text. Only a regular file is read (a FIFO or a device would block or
+    never end), and at most _MAX_BYTES of it."""
+    readable = "give the path of a readable UTF-8 JSON file"
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+            at.fail(f"not a regular file: it is {kind}", readable)
+        with path.open("rb") as file:
+            data = file.read(_MAX_BYTES + 1)
+        text = data.decode("utf-8")
+    except FileNotFoundError:
+        at.fail("no such file", "check the path (example spaces are in search_spaces/)")
+    except (OSError, UnicodeDecodeError) as exc:
+        at.fail(f"cannot read the file: {exc}", readable)
+    if len(data) > _MAX_BYTES:
+        at.fail(f"the file is larger than {_MAX_BYTES // 2**20} MB, more than any space needs",
+                "check the path: is this the space file?")
+    return text
 
 
 def _no_duplicate_keys(source: str, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -341,6 +367,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
     root = Loc(source)
     if not isinstance(data, dict):
         root.expected("a JSON object", data, 'write {"param": [choices, ...]} or {"space": {...}}')
+    _check_depth(data, root)
     if "space" in data:
         top = as_object(data, root, _TOP_KEYS)
         params = _space(top["space"], root / "space")
@@ -371,6 +398,20 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         if spec.search.max_trials is None:
             _missing_budget(spec)
     return spec
+
+
+def _check_depth(data: dict[str, Any], root: Loc) -> None:
+    """Refuse nesting deeper than _MAX_DEPTH, or a container inside itself."""
+    stack = [(data, root, 0)]
+    while stack:
+        value, at, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            at.fail(f"nested more than {_MAX_DEPTH} levels deep",
+                    "a space needs a few levels of nesting: flatten this value")
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        # A Loc only for containers: a list of a million choices is walked fast.
+        stack.extend((item, at / (key if isinstance(key, int) else str(key)), depth + 1)
+                     for key, item in pairs if isinstance(item, (dict, list, tuple)))
 
 
 def _space(value: object, at: Loc) -> dict[str, Param]:

@@ -30,6 +30,11 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>") -> Obje
             source, "$.objective", f"cannot import module {module_name!r} of {ref!r}: {exc}",
             "check the module path, and that its package is installed or on PYTHONPATH",
         ) from exc
+    except (Exception, SystemExit) as exc:  # the module's own code failed (SystemExit: argparse at import)
+        raise SpaceError(
+            source, "$.objective", f"importing module {module_name!r} of {ref!r} raised {_error_text(exc)}",
+            f"fix the module; python -c 'import {module_name}' shows the traceback",
+        ) from exc
     function = getattr(module, attr, None)
     if not callable(function):
         raise SpaceError(
@@ -37,6 +42,12 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>") -> Obje
             "name a function train(config, trial) defined at module level",
         )
     return function
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):  # its str() shows the file's base name only
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}, line {exc.lineno})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def reference_of(objective: str | Objective) -> str:
