@@ -17,7 +17,6 @@ trial whose task ended without a result (its worker lost, under COMPSs).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import MutableMapping
@@ -27,11 +26,12 @@ from typing import Any
 import optuna
 
 from hpo.engines import Engine
+from hpo.errors import EngineLost
 from hpo.store import StudyStore
 from hpo.store.records import (
     TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
 )
-from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s
+from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
 
 __all__ = [
     "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
@@ -108,6 +108,8 @@ def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial
     the task gave the trial up first (cancelled): then it is resumed as lost."""
     try:
         engine.settle(flight.handle)
+    except EngineLost:
+        raise  # not this trial's failure: the master leaves, the trial stays resumable
     except Exception as exc:
         trial = store.trial(flight.trial_id)
         if status_of(trial) is TrialStatus.RUNNING and not last_sign_of_life(trial):
@@ -163,7 +165,7 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     """A clean stop: running trials checkpoint and suspend at their next
     check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them."""
     store.set_stop({"reason": signal_name, "resume": True})
-    grace = float(os.environ.get("HPO_STOP_GRACE_S", "30"))
+    grace = stop_grace_s()
     cancel_pending(store, engine, flights, signal_name)
     if flights:
         print(f"\nhpo: {signal_name}: letting {len(flights)} running trials checkpoint "
@@ -171,7 +173,10 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     deadline = time.monotonic() + grace
     while flights and time.monotonic() < deadline:
         for number in finished(engine, flights, 0.2):
-            del flights[number]
+            try:
+                engine.settle(flights.pop(number).handle)  # releases it: a draining worker waits for that
+            except Exception:
+                pass  # its trial's record is in the store either way
     for flight in flights.values():
         # Still running when the engine goes: lost with it, to be resumed
         # from its checkpoint at once by the next run (no heartbeat to wait out).

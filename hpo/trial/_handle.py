@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 
 from hpo.store import StudyStore, write_atomically
+from hpo.trial._local_stop import suspend_requested
 
 __all__ = ["Trial"]
 
@@ -52,7 +53,11 @@ class _StoreLink:
     def stop_reason(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
         step = reports[-1][0] if reports else None
-        stop = self.store.stop()
+        stop, signalled = self.store.stop(), suspend_requested()
+        if signalled:  # this worker is leaving (SIGTERM); the next run goes on
+            self.record("suspended", step, f"its worker was asked to stop ({signalled}); "
+                        "checkpointed, resumes on the next run")
+            return "suspended"
         if stop and stop.get("resume"):  # the master is leaving; the next run goes on
             self.record("suspended", step, f"the master was asked to stop ({stop['reason']}); "
                         "checkpointed, resumes on the next run")

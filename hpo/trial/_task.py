@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from hpo.store.records import (
 )
 from hpo.trial._cpus import CpuBinding, bind_cpus, thread_environment
 from hpo.trial._handle import Trial, _StoreLink
+from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
 from hpo.trial._objective import Objective, resolve_objective
 
 if TYPE_CHECKING:
@@ -400,12 +402,18 @@ def _run_isolated(task: TrialTask) -> _Result:
         command = [sys.executable, "-m", "hpo.trial._child", str(task_file), str(result_file)]
         env = {**os.environ, **thread_environment(task.cpus)}  # sized before any import
         child = subprocess.Popen(command, start_new_session=True, env=env)
+        track_child(child.pid)  # a SIGTERM to this worker reaches the trial (request_suspend)
+        grace = 0.0  # a time limit ends it at once
         try:
             code = _wait(child, task.time_limit_s)
         except runtime_interruptions() as exc:
-            raise TaskInterrupted(type(exc).__name__) from exc
+            interruption = TaskInterrupted(type(exc).__name__)
+            if not interruption.timed_out:
+                grace = stop_grace_s()  # cancelled, not out of time: its checkpoint chance first
+            raise interruption from exc
         finally:
-            _kill_group(child)
+            untrack_child(child.pid)
+            _end_group(child, grace)
         if code is None:
             return _Result(
                 timed_out=True,
@@ -428,11 +436,22 @@ def _wait(child: subprocess.Popen, limit_s: float | None) -> int | None:
                 return None
 
 
-def _kill_group(child: subprocess.Popen) -> None:
-    # The objective may have started processes of its own: end the whole group,
-    # including members left behind by a child that already exited.
+def _end_group(child: subprocess.Popen, grace_s: float) -> None:
+    """End the trial's process group: SIGTERM and ``grace_s`` to checkpoint
+    if it still runs, then SIGKILL to whatever is left (the objective may have
+    started processes of its own, which outlive a child that exited)."""
+    if grace_s > 0 and child.poll() is None:
+        _signal_group(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _signal_group(group: int, signum: int) -> None:
     try:
-        os.killpg(child.pid, 9)
+        os.killpg(group, signum)
     except ProcessLookupError:
         pass
-    child.wait()
