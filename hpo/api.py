@@ -14,6 +14,7 @@ from hpo.errors import EngineError, UsageError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
+from hpo.store._storage_url import check_storage_url
 from hpo.trial import Objective, reference_of, resolve_objective
 
 __all__ = ["run", "prepare"]
@@ -53,6 +54,7 @@ def run(
     storage: str | None = None,
     runs_dir: str | os.PathLike = "runs",
     progress: bool = True,
+    allow_changes: bool = False,
 ) -> StudyResult:
     """Run (or resume) a study and return its results, best first.
 
@@ -81,6 +83,9 @@ def run(
         of the journal file in the run directory.
     runs_dir:
         Where run directories are created: ``<runs_dir>/<study name>/``.
+    allow_changes:
+        Resume a study whose space, fixed values, objective or metric name
+        changed since its first run (refused otherwise: results would mix).
 
     Examples
     --------
@@ -93,20 +98,29 @@ def run(
     {'x': 2}
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress line says enough
+    if workers is not None and workers < 1:  # 0 would read as "the default"
+        raise UsageError(f"workers={workers!r}: expected an integer >= 1.\n"
+                         "  fix: pass workers=None for one worker per slot that fits the machine")
     spec = prepare(space, algorithm=algorithm, max_trials=max_trials, parallel=parallel,
                    seed=seed, timeout_s=timeout_s, name=name,
                    objective=objective if isinstance(objective, str) else None)
     resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
+    # Everything is checked before anything is recorded: a refused run leaves
+    # the run directory as it was (or absent).
+    run_dir = RunDir(Path(runs_dir) / spec.name)
+    record = spec.to_dict()
+    record["objective"] = reference_of(objective or spec.objective)
+    run_dir.check(record, storage, allow_changes)
+    if storage:
+        check_storage_url(storage)
     try:
         chosen = _engine(engine, spec, scheduler, workers)
-        run_dir = RunDir(Path(runs_dir) / spec.name)
-        record = spec.to_dict()
-        record["objective"] = reference_of(objective or spec.objective)
-        storage_url = run_dir.create(record, storage)
-        controller = Controller(spec, run_dir, storage_url, chosen,
-                                objective=objective if callable(objective) else None,
-                                sampler=sampler, pruner=pruner, progress=progress)
-        return controller.run()
+        with run_dir.lease(), chosen:  # one master per study; the engine reachable
+            storage_url = run_dir.create(record, storage, allow_changes)
+            controller = Controller(spec, run_dir, storage_url, chosen,
+                                    objective=objective if callable(objective) else None,
+                                    sampler=sampler, pruner=pruner, progress=progress)
+            return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import select
 import signal
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.errors import StopRequested, UsageError
+from hpo.errors import EngineLost, StopRequested, UsageError
 from hpo.registry import ALGORITHMS, ENGINES
 from hpo.store import TrialStatus
 
@@ -29,12 +32,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGUSR1, _terminate)
     try:
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader gone shows here, not as a traceback at the interpreter's exit
+        return status
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe (an engine's, a database's): a fault to show
+        return _reader_gone()
     except UsageError as exc:
         if args.debug:
             traceback.print_exc()
         print(f"hpo: error: {exc}", file=sys.stderr)
         return 2
+    except EngineLost as exc:
+        print(f"\nhpo: {exc}.\n  Trials still running on workers finish by themselves; the others "
+              "are resumed when the same command runs again once a scheduler is up.", file=sys.stderr)
+        return 75  # EX_TEMPFAIL: try again later
     except (KeyboardInterrupt, StopRequested) as exc:
         # The engine was shut down on the way out; the store has every result.
         print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
@@ -42,7 +55,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _terminate(signum, frame) -> None:
+    # One stop at a time: SLURM may signal again (USR1, then SIGTERM) while
+    # running trials are given their grace; a second raise would cut it short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     raise StopRequested(signum)
+
+
+def _stdout_gone() -> bool:
+    """Whether nothing reads standard output any more (a pipe or socket without reader)."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+
+
+def _reader_gone() -> int:
+    """Stop quietly when the reader of the output went away (``hpo status | head -1``).
+
+    Exit status 141 (128 + SIGPIPE), what a Unix tool killed by SIGPIPE reports
+    (``set -o pipefail`` then sees it, as for ``yes | head -1``). Standard output
+    goes to /dev/null so that flushing it at the interpreter's exit cannot fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (0 is refused, not taken as "the default")."""
+    try:
+        if int(text) >= 1:
+            return int(text)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        if 0 < float(text) < math.inf:
+            return float(text)
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,17 +115,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
                      help="auto: compss under runcompss, else dask (default)")
     run.add_argument("--scheduler", help="dask: address or scheduler file of a running scheduler")
-    run.add_argument("--workers", type=int, help="dask: worker processes of the embedded cluster")
+    run.add_argument("--workers", type=_positive_int,
+                     help="dask: worker processes of the embedded cluster")
     run.add_argument("--storage", help="Optuna storage URL instead of the run directory's journal")
     run.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
     run.add_argument("--name", help="study name (default: the space's name)")
     run.add_argument("--objective", help="package.module:function to optimise")
     run.add_argument("--algorithm", choices=ALGORITHMS.names)
-    run.add_argument("--max-trials", type=int)
-    run.add_argument("--parallel", type=int, help="trials in flight at once")
+    run.add_argument("--max-trials", type=_positive_int)
+    run.add_argument("--parallel", type=_positive_int, help="trials in flight at once")
     run.add_argument("--seed", type=int)
-    run.add_argument("--timeout-s", type=float, help="wall-clock budget of the study, seconds")
+    run.add_argument("--timeout-s", type=_positive_float,
+                     help="wall-clock budget of the study, seconds")
     run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.add_argument("--allow-changes", action="store_true",
+                     help="resume although the space, fixed values, objective or metric name "
+                          "changed since the study's first run")
     run.set_defaults(handler=_run)
 
     validate = command("validate", help="check a space file and print it")
@@ -87,6 +148,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     export.set_defaults(handler=_export)
+
+    repair = command("repair", help="salvage the intact records of a damaged journal")
+    repair.add_argument("run_dir")
+    repair.set_defaults(handler=_repair)
 
     # Review and submission live beside the library, in dashboards/ and launchers/.
     from hpo.dashboards.commands import add_commands as add_review_commands
@@ -109,7 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"study {spec.name}: {spec.search.algorithm} search, up to {spec.max_trials} trials, "
           f"engine {engine}, results in {run_dir}", file=sys.stderr)
     result = run(spec, engine=engine, scheduler=args.scheduler, workers=args.workers,
-                 storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet)
+                 storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet,
+                 allow_changes=args.allow_changes)
     print(result.table(limit=20))
     _print_best(result, run_dir)
     # Trials ran and none completed: a batch script should notice.
@@ -164,11 +230,24 @@ def _export(args: argparse.Namespace) -> int:
     result = StudyResult.load(args.run_dir)
     text = result.to_csv() if args.format == "csv" else result.to_json()
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as exc:
+            raise UsageError(f"{args.output}: cannot write the export: {exc.strerror or exc}.\n"
+                             "  fix: pass -o a file path in an existing directory you can write to"
+                             ) from None
     else:
         sys.stdout.write(text)
     return 0
 
+
+
+def _repair(args: argparse.Namespace) -> int:
+    from hpo.store import RunDir
+
+    for line in RunDir(Path(args.run_dir)).repair():
+        print(line)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -23,7 +23,7 @@ import optuna
 
 from hpo import lifecycle
 from hpo.engines import Engine
-from hpo.errors import StopRequested
+from hpo.errors import EngineLost, StopRequested
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
 from hpo.results import StudyResult
@@ -76,10 +76,14 @@ class Controller:
                 name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
                 lifecycle.suspend_running(store, self.engine, self._in_flight, name)
                 raise
+            except EngineLost as exc:  # nothing to tell the trials: nothing reaches them
+                raise EngineLost(f"{exc}; {len(self._in_flight)} trials were in flight") from None
         return StudyResult.from_store(store, self.spec.metric.name)
 
     def _loop(self, searcher: Searcher, store: StudyStore) -> None:
-        parallel = self.spec.search.parallel or self.engine.slots
+        # Never more in flight than the engine can run: trials prepared beyond
+        # its slots would only wait, created in the store, past any time budget.
+        parallel = min(self.spec.search.parallel or self.engine.slots, self.engine.slots)
         # Segmented policies choose when a slot frees, so nothing is queued ahead.
         window = parallel + (0 if self._policy else self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress)
@@ -105,7 +109,8 @@ class Controller:
             if not self._in_flight:
                 break
             for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):
-                trial = lifecycle.collect(store, self.engine, self._in_flight.pop(number))
+                trial = lifecycle.collect(store, self.engine, self._in_flight[number])
+                del self._in_flight[number]
                 state, value = status_of(trial), trial.value if trial.values else None
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = self._waiting(trial)

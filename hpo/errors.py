@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "closest"]
+__all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "EngineLost", "closest"]
 
 
 class HpoError(Exception):
@@ -55,6 +55,13 @@ class StopRequested(HpoError):
 
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+class EngineLost(HpoError):
+    """The engine lost what runs the tasks (the Dask scheduler died). The
+    master exits and leaves every trial as it is: those still running on
+    workers finish by themselves (their heartbeat says so), the others are
+    resumed by the next run of the same command."""
 
 
 class EngineError(UsageError):

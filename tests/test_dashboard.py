@@ -131,7 +131,8 @@ def test_missing_or_wrong_run_directories_are_usage_errors(tmp_path):
         StoreReader(tmp_path / "nope")
     with pytest.raises(hpo.errors.UsageError, match="not a run directory"):
         StoreReader(tmp_path)
-    (tmp_path / "study.json").write_text(json.dumps({"spec": {"name": "s"}, "storage": "journal.log"}))
+    (tmp_path / "study.json").write_text(json.dumps(
+        {"spec": {"name": "s", "metric": {"name": "loss"}, "space": {"x": [1]}}, "storage": "journal.log"}))
     with pytest.raises(hpo.errors.UsageError, match="journal .* is missing"):
         StoreReader(tmp_path)
     assert not (tmp_path / "journal.log").exists()  # refused, not created
@@ -182,7 +183,8 @@ def test_an_empty_study_draws_messages_not_errors(tmp_path):
         str(run_dir / "journal.log")))
     optuna.create_study(study_name="empty", storage=storage, direction="minimize")
     (run_dir / "study.json").write_text(json.dumps(
-        {"spec": {"name": "empty", "metric": {"name": "loss"}}, "storage": "journal.log"}))
+        {"spec": {"name": "empty", "metric": {"name": "loss"}, "space": {"x": [1]}},
+         "storage": "journal.log"}))
     snap = load_snapshot(run_dir)
     for view in VIEWS:
         fig = view.figure(snap)

@@ -24,7 +24,7 @@ def test_a_moved_run_directory_still_opens_and_resumes(tmp_path):
 
 def test_a_different_space_is_refused_not_mixed(tmp_path):
     hpo.run(toy_space("same"), engine="inline", max_trials=1, runs_dir=tmp_path, progress=False)
-    with pytest.raises(UsageError, match="different search space"):
+    with pytest.raises(UsageError, match='different "space"'):
         hpo.run(toy_space("same", space={"x": [5, 6]}), engine="inline", runs_dir=tmp_path,
                 progress=False)
     with pytest.raises(UsageError, match="uses storage"):

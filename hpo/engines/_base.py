@@ -44,15 +44,23 @@ class Engine(abc.ABC):
         return cls()
 
     def __enter__(self) -> "Engine":
+        # Re-entrant: hpo.run starts the engine before recording anything (an
+        # unreachable scheduler is refused first); the controller enters again.
+        self._entered = getattr(self, "_entered", 0) + 1
+        if self._entered > 1:
+            return self
         try:
             self.start()
         except BaseException:
+            self._entered = 0
             self.shutdown()  # release what a half-done start acquired
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        self._entered -= 1
+        if self._entered == 0:
+            self.shutdown()
 
     def start(self) -> None:
         """Acquire what the engine needs (a cluster, a client, the runtime)."""

@@ -8,6 +8,8 @@ are checked against the workers before anything is submitted.
 
 from __future__ import annotations
 
+import json
+import logging
 import queue
 import uuid
 from collections.abc import Sequence
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from hpo.engines._base import Engine
 from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
-from hpo.errors import EngineError, UsageError
+from hpo.errors import EngineError, EngineLost, UsageError
 from hpo.trial import TrialTask, run_trial
 
 __all__ = ["DaskEngine"]
@@ -75,9 +77,29 @@ class DaskEngine(Engine):
             self._cluster = self._local_gpu_cluster() if self.gpus else self._local_cpu_cluster()
             self.client = Client(self._cluster)
         else:
-            self.client = _connect(self.scheduler)
-            self.client.wait_for_workers(1, timeout=120)
+            self.client = self._reach(self.scheduler)
         self._plan_resources()
+
+    @staticmethod
+    def _reach(scheduler: str):
+        """A client of the running scheduler, with one joined worker; refused
+        (exit 2) before anything is recorded when there is none."""
+        try:
+            client = _connect(scheduler)
+        except EngineError:
+            raise
+        except (OSError, TimeoutError, ValueError, KeyError) as exc:  # dead address, not a scheduler file
+            raise EngineError(
+                f"--scheduler {scheduler}: no Dask scheduler answers there ({type(exc).__name__}: {exc}).\n"
+                "  fix: start one (dask scheduler --scheduler-file FILE) and pass its address or "
+                "file, or drop --scheduler to use an embedded cluster") from None
+        try:
+            client.wait_for_workers(1, timeout=120)
+        except TimeoutError:
+            client.close()
+            raise EngineError(f"--scheduler {scheduler}: no Dask worker joined in 120 s.\n"
+                              "  fix: start workers (dask worker --scheduler-file FILE)") from None
+        return client
 
     def _local_cpu_cluster(self):
         from dask.system import CPU_COUNT  # this process's share: affinity, cgroup (SLURM)
@@ -86,7 +108,7 @@ class DaskEngine(Engine):
         n = self.workers or max(1, CPU_COUNT // self.cpus)
         return LocalCluster(
             n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=":0",  # a free port: studies on one node never clash
+            dashboard_address="127.0.0.1:0",  # a free port, this machine only
             resources={"CPU": self.cpus},
         )
 
@@ -105,7 +127,7 @@ class DaskEngine(Engine):
                 "resources": {"GPU": self.gpus, "CPU": self.cpus}}}
             for group in groups[: self.workers or len(groups)]
         }
-        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
+        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"}}
         return SpecCluster(scheduler=scheduler, workers=workers)
 
     def _plan_resources(self) -> None:
@@ -154,6 +176,11 @@ class DaskEngine(Engine):
         return [f for f in finished if f.key in wanted]
 
     def settle(self, handle) -> None:
+        if handle.status == "cancelled" and self.client.status != "running":
+            # Cancelled by the client itself: it lost the scheduler. The task
+            # may still run on its worker, which writes its result to the store.
+            raise EngineLost(f"lost the Dask scheduler at {self.scheduler} (the client is "
+                             f"{self.client.status})")
         try:
             if handle.status != "finished":
                 handle.result()  # raises the task's error; a success is not fetched
@@ -165,6 +192,8 @@ class DaskEngine(Engine):
 
     def shutdown(self) -> None:
         if self.client is not None:
+            if self.client.status != "running":  # lost its scheduler: closing logs a traceback
+                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
             self.client.close()
         if self._cluster is not None:
             self._cluster.close()
@@ -175,6 +204,13 @@ def _connect(scheduler: str):
     from distributed import Client
 
     if Path(scheduler).is_file():
+        try:
+            json.loads(Path(scheduler).read_text())["address"]
+        except (ValueError, KeyError, TypeError):
+            raise EngineError(
+                f"--scheduler {scheduler}: not a scheduler file (no JSON with an \"address\").\n"
+                "  fix: pass the file given to `dask scheduler --scheduler-file`, or tcp://HOST:PORT"
+            ) from None
         return Client(scheduler_file=scheduler)
     if "://" not in scheduler and ":" not in scheduler:
         raise EngineError(

@@ -17,9 +17,12 @@ journal (SQLite locking over NFS is unreliable).
 
 from hpo.store import records
 from hpo.store._files import write_atomically
+from hpo.store._journal import JournalFile
+from hpo.store._lease import MasterLease, StudyBusy
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._study import StudyStore, open_storage, open_study_store
 from hpo.store.records import TrialStatus
 
 __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "open_study_store",
-           "write_atomically", "JOURNAL_FILE"]
+           "write_atomically", "JOURNAL_FILE", "MasterLease", "StudyBusy",
+           "JournalFile"]

@@ -7,6 +7,9 @@ Layout of a run directory (``runs/<study-name>/``)::
                    run directory copied elsewhere still opens)
     journal.log    Optuna journal (the default storage; fsync'd appends, safe on
                    NFS/GPFS across nodes thanks to its symlink lock)
+    journal.log.torn-<time>, journal.log.damaged-<time>
+                   bytes a repair set aside (hpo.store._journal), never deleted
+    master.lease   the master that holds the study (hpo.store._lease)
     trials/<n>/    per-trial checkpoint directories
 """
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,13 +27,26 @@ import optuna
 
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
+from hpo.store._journal import JournalFile, repair_journal
+from hpo.store._lease import MasterLease
 from hpo.store._study import StudyStore, open_storage
 
 __all__ = ["RunDir", "JOURNAL_FILE"]
 
 JOURNAL_FILE = "journal.log"
 _STUDY_FILE = "study.json"
+# What defines a study's results: resuming with one of these changed would
+# rank new trials with old ones that answered another question.
+_DEFINING = ("space", "fixed", "objective", "metric.name", "metric.direction")
 _RUN_DIR_FIX = "  fix: pass the directory `hpo run` created, e.g. runs/<study-name>"
+
+
+def _is_record(info: object) -> bool:
+    """Whether ``info`` has what is read of a ``study.json`` (a damaged one may not)."""
+    spec = info.get("spec") if isinstance(info, dict) else None
+    return (isinstance(spec, dict) and isinstance(info.get("storage"), str)
+            and isinstance(spec.get("name"), str) and isinstance(spec.get("space"), dict)
+            and isinstance(spec.get("metric"), dict) and isinstance(spec["metric"].get("name"), str))
 
 
 @dataclass(frozen=True)
@@ -45,28 +63,64 @@ class RunDir:
         """Per-trial directory on shared storage; a retried trial finds it again."""
         return self.path / "trials" / f"{number:06d}"
 
-    def check(self, spec: dict[str, Any], storage: str | None) -> None:
+    def check(self, spec: dict[str, Any], storage: str | None, allow_changes: bool = False) -> None:
         """Refuse to resume a different study here (its results would mix)."""
         if not self.study_file.exists():
             return
         existing = self.read()
-        if existing["spec"]["space"] != spec["space"]:
-            raise UsageError(
-                f"{self.path} already holds study {existing['spec']['name']!r} with a "
-                "different search space; resuming would mix results.\n"
-                "  fix: give the study another \"name\" (--name), pass --runs-dir, or remove "
-                f"{self.path}")
+        for key in _DEFINING:
+            before, now = _get(existing["spec"], key), _get(spec, key)
+            if before != now and not (allow_changes and key != "metric.direction"):
+                raise UsageError(self._changed_message(existing["spec"]["name"], key, before, now))
         if storage and storage != existing["storage"]:
             raise UsageError(f"{self.path} uses storage {existing['storage']!r}, not {storage!r}.\n"
                              "  fix: drop --storage to resume, or use another run directory")
 
-    def create(self, spec: dict[str, Any], storage: str | None) -> str:
+    def _changed_message(self, name: str, key: str, before: Any, now: Any) -> str:
+        shown = "" if key == "space" else f" ({_short(before)} there, {_short(now)} now)"
+        fix = f"give the study another \"name\" (--name), pass --runs-dir, or remove {self.path}"
+        if key != "metric.direction":  # the store ranks trials by its first direction for good
+            fix += "; or pass --allow-changes (hpo.run(..., allow_changes=True)) to continue anyway"
+        return (f"{self.path} already holds study {name!r} with a different \"{key}\"{shown}; "
+                f"resuming would mix results.\n  fix: {fix}")
+
+    @contextmanager
+    def lease(self) -> Iterator[MasterLease]:
+        """Hold the study for this master (:class:`~hpo.store.MasterLease`),
+        creating the directory; one this call created is removed again if
+        nothing was recorded in it."""
+        created = not self.path.exists()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"{self.path}: a file is in the way of the run directory.\n"
+                             "  fix: pass --runs-dir naming a directory") from None
+        except PermissionError:
+            raise UsageError(f"{self.path}: cannot create the run directory (permission denied).\n"
+                             "  fix: pass --runs-dir naming a directory you can write to") from None
+        if not os.access(self.path, os.W_OK):
+            raise UsageError(f"{self.path}: the run directory is not writable by this user.\n"
+                             "  fix: pass --runs-dir naming a directory you can write to")
+        try:
+            with MasterLease(self.path) as held:
+                yield held
+        finally:
+            if created and not any(self.path.iterdir()):
+                self.path.rmdir()
+
+    def create(self, spec: dict[str, Any], storage: str | None, allow_changes: bool = False) -> str:
         """Create the directory (or reopen it, see :meth:`check`) and return the
-        storage URL; an existing study keeps its storage."""
-        self.check(spec, storage)
+        storage URL; an existing study keeps its storage. An allowed change of
+        the study is recorded, the earlier definitions kept."""
+        self.check(spec, storage, allow_changes)
         if not self.study_file.exists():
             self.path.mkdir(parents=True, exist_ok=True)
             record = {"spec": spec, "storage": storage or JOURNAL_FILE}
+            write_atomically(self.study_file, json.dumps(record, indent=2))
+        elif allow_changes and self.read()["spec"] != spec:
+            record = self.read()
+            record["earlier_specs"] = [*record.get("earlier_specs", []), record["spec"]]
+            record["spec"] = spec
             write_atomically(self.study_file, json.dumps(record, indent=2))
         return self.storage_url()
 
@@ -80,12 +134,26 @@ class RunDir:
         return url if "://" in url else str((self.path / url).resolve())
 
     def read(self) -> dict[str, Any]:
-        """The ``study.json`` content; a clear error when this is no run directory."""
+        """The ``study.json`` content; a clear error when this is no run directory
+        or the file is damaged (not JSON, or without the study's record)."""
         if not self.path.is_dir():
             raise UsageError(f"{self.path}: no such directory.\n{_RUN_DIR_FIX}")
         if not self.study_file.is_file():
             raise UsageError(f"{self.path}: not a run directory (no {_STUDY_FILE}).\n{_RUN_DIR_FIX}")
-        return json.loads(self.study_file.read_text())
+        try:
+            info = json.loads(self.study_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8 or not JSON
+            raise self._damaged(f"cannot be read as JSON ({exc})") from None
+        if not _is_record(info):
+            raise self._damaged('not a study record: it needs "storage" and a "spec" with '
+                                '"name", "metric" and "space"')
+        return info
+
+    def _damaged(self, problem: str) -> UsageError:
+        return UsageError(
+            f"{self.study_file}: {problem}.\n"
+            "  fix: restore it from a copy, or delete it and run the same `hpo run` command "
+            "again, which writes it anew and resumes the study from its store")
 
     def open_store(self, read_only: bool = False) -> StudyStore:
         """The study's store; ``read_only`` never creates or changes anything
@@ -96,10 +164,32 @@ class RunDir:
         try:
             return StudyStore(storage, name)
         except KeyError:
-            raise UsageError(
+            raise self._no_study(storage, name) from None
+
+    def _no_study(self, storage: optuna.storages.BaseStorage, name: str) -> UsageError:
+        held = ", ".join(repr(study.study_name) for study in storage.get_all_studies())
+        if not held:
+            return UsageError(
                 f"{self.path}: the store holds no study named {name!r} yet.\n"
-                "  fix: wait until `hpo run` has created it, or pass the right run directory"
-            ) from None
+                "  fix: wait until `hpo run` has created it, or pass the right run directory")
+        # study.json's name was edited, or it points at another study's store.
+        return UsageError(
+            f"{self.path}: the store holds no study named {name!r}, only {held}.\n"
+            f"  fix: put the name back in {self.study_file}, or pass the right run directory")
+
+    def repair(self) -> list[str]:
+        """Salvage the intact records of a damaged journal
+        (:func:`~hpo.store._journal.repair_journal`); lines saying what was done."""
+        url = self.storage_url()
+        if "://" in url:
+            raise UsageError(
+                f"{self.path}: the study is stored in {url}; hpo repair is for the journal file "
+                "only.\n  fix: repair the database with its own tools (sqlite3 .recover, a "
+                "PostgreSQL backup)")
+        if not os.path.isfile(url):
+            raise UsageError(f"{self.path}: the study's journal {url} is missing; nothing to repair.\n"
+                             "  fix: pass a run directory whose study has started")
+        return repair_journal(url)
 
     def load_study(self) -> optuna.Study:
         """The Optuna study stored for this run directory."""
@@ -124,8 +214,9 @@ def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
             raise UsageError(
                 f"{place}: the study's journal {url} is missing.\n"
                 "  fix: pass a run directory whose study has started (hpo run SPACE.json)")
-        # The lock is only taken to append; reading never touches it.
-        return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+        # The lock is only taken to append; reading never touches it (nor
+        # repairs: a torn tail is skipped, damage in the middle refused).
+        return optuna.storages.JournalStorage(JournalFile(url))
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if not os.path.isfile(path):
@@ -134,3 +225,14 @@ def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
         # SQLite's read-only mode: even a bug here could not write to the store.
         url = f"sqlite:///file:{path}?mode=ro&uri=true"
     return optuna.storages.RDBStorage(url, skip_compatibility_check=True, skip_table_creation=True)
+
+
+def _get(spec: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        spec = spec.get(part) if isinstance(spec, dict) else None
+    return spec
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
