@@ -13,17 +13,18 @@ from hpo.errors import UsageError
 from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
-from hpo.launchers.records import JOBS_FILE, append_job, read_jobs
+from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
+from hpo.launchers.records import JOBS_FILE, append_job, read_ending, read_jobs
 from hpo.launchers.request import BatchRequest
 from hpo.launchers.slurm import JobStatus, SlurmProvider, require
 from hpo.launchers.states import JobState
+from hpo.launchers.tracking import check_free, job_statuses
 
 __all__ = ["add_commands", "status_lines"]
 
 # Options of `hpo run` that `hpo submit` passes through to the study.
 _PASSED = (("--storage", str), ("--name", str), ("--objective", str),
            ("--algorithm", str), ("--max-trials", int), ("--parallel", int), ("--seed", int))
-_SIGNALLED = {138: "SIGUSR1 before the walltime", 143: "SIGTERM (walltime or scancel)"}
 
 
 def add_commands(command) -> None:
@@ -96,6 +97,8 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     resolve_objective(spec.objective, spec.source)
     run_dir = (Path(args.runs_dir) / spec.name).resolve()
     _check_run_dir(run_dir, spec, args.storage)
+    if not args.dry_run:
+        check_free(run_dir, args.after)
     job = _job(args, spec, space.resolve(), run_dir, request, _resubmit_line(args, parser))
     if args.engine == "compss":
         return _submit_compss(job, args.dry_run)
@@ -212,16 +215,16 @@ def _jobs(args: argparse.Namespace) -> int:
     if not records:
         raise UsageError(f"{run_dir}: no {JOBS_FILE}: nothing was submitted for this run directory.\n"
                          "  fix: pass runs/<study-name> of a study sent with hpo submit")
-    states = SlurmProvider().status([r["job_id"] for r in records])
-    progress = _progress(run_dir)
+    states = job_statuses(run_dir, [r["job_id"] for r in records])
+    summary = progress(run_dir)
     if args.json:
-        jobs = [{**r, **{k: v for k, v in states[r["job_id"]].to_dict().items() if v is not None}}
-                for r in records]
-        print(json.dumps({"jobs": jobs, "study": progress}, indent=2))
+        jobs = [{**r, **{k: v for k, v in states[r["job_id"]].to_dict().items() if v is not None},
+                 "ended": read_ending(run_dir, r["job_id"])} for r in records]
+        print(json.dumps({"jobs": jobs, "study": summary}, indent=2))
         return 0
-    for line in _job_lines(records, states):
+    for line in _job_lines(run_dir, records, states):
         print(line)
-    print(_progress_line(progress))
+    print(_progress_line(summary))
     return 0
 
 
@@ -235,47 +238,48 @@ def status_lines(run_dir: Path) -> list[str]:
     if not records:
         return []
     try:
-        states = SlurmProvider().status([r["job_id"] for r in records[-5:]])
+        states = job_statuses(run_dir, [r["job_id"] for r in records[-5:]])
     except (UsageError, OSError) as exc:
         return [f"SLURM jobs: {len(records)} submitted; state unavailable here ({str(exc).splitlines()[0]})"]
-    return ["SLURM jobs:", *_job_lines(records[-5:], states)]
+    return ["SLURM jobs:", *_job_lines(run_dir, records[-5:], states)]
 
 
-def _job_lines(records: list[dict[str, Any]], states: dict[str, JobStatus]) -> list[str]:
+def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, JobStatus]) -> list[str]:
     lines = [f"{'job':<10} {'engine':<7} {'state':<10} {'slurm':<12} {'exit':<6} {'run time':<10} output"]
     for r in records:
         s = states[r["job_id"]]
         lines.append(f"{r['job_id']:<10} {r['engine']:<7} {s.state.value:<10} {s.slurm_state:<12} "
                      f"{s.exit_code or '-':<6} {s.run_time or '-':<10} {s.stdout or r.get('stdout') or '-'}")
-        note = _note(s)
-        if note:
-            lines.append(f"{'':<10} {note}")
+        lines += [f"{'':<10} {note}" for note in _notes(s, read_ending(run_dir, r["job_id"]))]
     return lines
 
 
-def _note(s: JobStatus) -> str | None:
-    """What a state means for the study."""
-    code = int(s.exit_code.split(":")[0]) if s.exit_code and s.exit_code[0].isdigit() else None
-    if code in _SIGNALLED:
-        return f"the study stopped cleanly on {_SIGNALLED[code]}; submit the same command again to resume"
-    if s.state is JobState.TIMEOUT:
-        return "killed at the walltime; submit the same command again to resume"
+def _notes(s: JobStatus, ending: dict[str, Any] | None) -> list[str]:
+    """What a job's state, and the ending its study recorded, mean for the study."""
+    said = explain(ending) if ending is not None else _unrecorded(s)
+    if said and ending is not None and ending.get("signal"):
+        said += "; submit the same command again to resume"
+    notes = [said]
     if s.state is JobState.PENDING and s.reason:
-        return f"waiting: {s.reason}"
-    if s.state is JobState.UNKNOWN and s.reason:
-        return f"SLURM said: {s.reason}"
+        notes.append(f"waiting: {s.reason}")
+    elif s.reason and (s.state in (JobState.UNKNOWN, JobState.MISSING) or "last seen" in s.reason):
+        notes.append(f"SLURM: {s.reason}")
+    return [n for n in notes if n]
+
+
+def _unrecorded(s: JobStatus) -> str | None:
+    """A finished Dask job that recorded no ending was killed before its study
+    stopped (a COMPSs job records none: enqueue_compss writes its script)."""
+    code = int(s.exit_code.split(":")[0]) if s.exit_code and s.exit_code[0].isdigit() else None
+    left = ("trials it ran may be left RUNNING: the next run resumes them from their last "
+            "checkpoint once their heartbeat is stale; submit the same command again")
+    if s.state is JobState.TIMEOUT:
+        return f"killed at the walltime before the study stopped cleanly; {left} (a larger --stop-before helps)"
+    if s.state is JobState.CANCELLED and s.run_time not in (None, "00:00:00"):
+        return f"cancelled and killed before the study stopped cleanly; {left}"
+    if code in CLEAN_STOPS:
+        return f"the study stopped on {CLEAN_STOPS[code]}; submit the same command again to resume"
     return None
-
-
-def _progress(run_dir: Path) -> dict[str, Any] | None:
-    from hpo.results import StudyResult
-
-    if not (run_dir / "study.json").is_file():
-        return None
-    try:
-        return StudyResult.load(run_dir).summary()
-    except (KeyError, ValueError):  # study.json written, no trial stored yet
-        return None
 
 
 def _progress_line(summary: dict[str, Any] | None) -> str:

@@ -13,6 +13,7 @@ from hpo.errors import UsageError
 from hpo.launchers.request import BatchRequest
 from hpo.launchers.slurm import directives
 from hpo.launchers.srun import SrunLauncher
+from hpo.launchers.tls import check_available, dask_environment
 from hpo.space import StudySpec
 
 __all__ = ["DaskJob", "template"]
@@ -73,7 +74,9 @@ class DaskJob:
         return self.request.gpus_per_node // gpus if gpus and self.request.gpus_per_node else 1
 
     def check(self) -> None:
-        """The study's trials must fit a worker, or Dask would queue them forever."""
+        """The study's trials must fit a worker, or Dask would queue them forever;
+        the job's TLS certificate must be possible to make."""
+        check_available()
         need_gpus, need_cpus = self.spec.resources.gpus, self.spec.resources.cpus
         if need_gpus > self.request.gpus_per_node:
             raise UsageError(
@@ -125,10 +128,12 @@ class DaskJob:
             workers_per_node=self.workers_per_node,
             stop_before=self.request.stop_before,
             python=q(self.python),
-            jobs_dir=q(str(self.jobs_dir)),
+            run_dir=q(str(self.run_dir)),
             pythonpath=q(":".join(self.pythonpath)),
             environment="\n".join(f"export {k}={q(v)}" for k, v in
                                   (item.split("=", 1) for item in self.env)),
+            # Paths under the job's folder, expanded by the script.
+            tls_environment="\n".join(f'export {k}="{v}"' for k, v in dask_environment("$job_dir").items()),
             interface=interface,
             launch_workers=launch,
             gpus_per_worker=self.spec.resources.gpus if self.request.gpus_per_node else 0,

@@ -13,8 +13,9 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from hpo.errors import UsageError
 from hpo.launchers.states import JobState, from_slurm
@@ -65,6 +66,12 @@ class JobStatus:
 
     def to_dict(self) -> dict[str, str | None]:
         return {**asdict(self), "state": self.state.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobStatus":
+        """The inverse of :meth:`to_dict` (other keys are ignored)."""
+        found = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(**{**found, "state": JobState.__members__.get(str(found["state"]), JobState.UNKNOWN)})
 
 
 def run_command(argv: Sequence[str], timeout: float = 120) -> subprocess.CompletedProcess:

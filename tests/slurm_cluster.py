@@ -119,9 +119,10 @@ SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
-# Walltime tests: no grace after the limit, a short SIGTERM-to-SIGKILL wait.
+# Walltime tests: no grace after the limit. SIGTERM-to-SIGKILL: 20 s, so a
+# job's study gets a stop grace of 15 s (5 s are kept for the way out).
 OverTimeLimit=0
-KillWait=5
+KillWait=20
 MinJobAge=600
 NodeName={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} Boards=1 SocketsPerBoard=1 CoresPerSocket={self.cpus} ThreadsPerCore=1{gres} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

@@ -8,6 +8,7 @@ The same code runs against a real SLURM controller in test_slurm.py.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -20,10 +21,11 @@ import pytest
 from conftest import ROOT, toy_space
 from hpo.cli import main
 from hpo.launchers import JobState, SlurmProvider, SrunLauncher, SubmitError
-from hpo.launchers.dask_node import worker_argv
-from hpo.launchers.records import append_job, read_jobs
+from hpo.launchers.dask_node import worker_settings
+from hpo.launchers.records import append_job, read_jobs, write_ending
 from hpo.launchers.request import BatchRequest
 from hpo.launchers.states import from_slurm
+from hpo.store import MasterLease
 
 # The enqueue_compss flags DESIGN.md lists (COMPSs 3.3 sources).
 ENQUEUE_FLAGS = {"--num_nodes", "--exec_time", "--qos", "--queue", "--project_name",
@@ -193,9 +195,13 @@ def test_dask_script_cpu_defaults(hpo, space, tmp_path):
                  "--output": str(tmp_path / "runs" / "toy" / "jobs" / "slurm-%j.out"),
                  "--open-mode": "append"}
     assert f"python={sys.executable}" in script
-    assert "--port 0 --dashboard-address :0" in script
     assert f"-m hpo run {space.resolve()} --runs-dir {tmp_path / 'runs'} --engine dask" in script
-    assert "trap stop_cluster EXIT" in script and "on_signal USR1" in script and "kill -\"$1\" \"$study\"" in script
+    assert "trap stop_cluster EXIT" in script and "on_signal USR1" in script
+    assert 'kill -USR1 "$study"' in script  # SLURM's SIGTERM reaches the study itself
+    # The cluster speaks TLS only, with the job's own certificate (made in the job).
+    assert "dask_node tls --dir \"$job_dir\"" in script
+    assert 'export DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION="True"' in script
+    assert 'export DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY="$job_dir/tls-key.pem"' in script
     check_shell(script, tmp_path)
 
 
@@ -287,6 +293,109 @@ def test_compss_submit_records_the_job(hpo, space, monkeypatch, tmp_path):
     assert "submitted SLURM job 515" in out
 
 
+def fake_slurm(bin_dir: Path, jobs: dict[str, str]) -> None:
+    """Stand-ins for squeue and scontrol answering about ``jobs`` (id: the
+    ``scontrol -o show job`` line); any other id is one SLURM has forgotten."""
+    answers = bin_dir / "answers"
+    shutil.rmtree(answers, ignore_errors=True)
+    answers.mkdir(parents=True)
+    for job_id, line in jobs.items():
+        (answers / job_id).write_text(line + "\n")
+    live = [f"{i}|{line.split('JobState=')[1].split()[0]}" for i, line in jobs.items()
+            if "JobState=RUNNING" in line or "JobState=PENDING" in line]
+    (answers / "squeue").write_text("".join(f"{x}\n" for x in live))
+    scripts = {"squeue": f"cat {answers}/squeue\n",
+               "scontrol": f'[ -f "{answers}/$4" ] && exec cat "{answers}/$4"\n'
+                           "echo 'slurm_load_jobs error: Invalid job id specified' >&2\nexit 1\n",
+               "sbatch": "echo 4243\n"}
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+
+
+@pytest.fixture
+def slurm(monkeypatch, tmp_path):
+    """fake_slurm in a folder put first on PATH; call it with the jobs SLURM knows."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return lambda jobs: fake_slurm(bin_dir, jobs)
+
+
+def job_line(job_id: str, state: str, exit_code: str = "0:0", run_time: str = "00:10:00") -> str:
+    return (f"JobId={job_id} JobName=hpo-toy JobState={state} Reason=None ExitCode={exit_code} "
+            f"RunTime={run_time} TimeLimit=00:30:00 NodeList=n1 StdOut=/runs/toy/jobs/slurm-{job_id}.out")
+
+
+def ending(status: int, left_running: int = 0, suspended: int = 0) -> dict:
+    clean = left_running == 0
+    return {"exit_status": status, "reported_exit": 0 if clean else status, "clean": clean,
+            "signal": {138: "SIGUSR1", 143: "SIGTERM"}.get(status), "left_running": left_running,
+            "suspended": suspended, "stop": {"reason": "SIGTERM", "resume": True}, "at": "t"}
+
+
+def notes_of(out: str, job_id: str) -> str:
+    """The row of ``job_id`` in hpo jobs' table and the notes under it."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{job_id} "))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_jobs_tell_a_clean_stop_from_one_that_left_trials_running(hpo, slurm, tmp_path):
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    for job_id in ("11", "12", "13"):
+        append_job(run_dir, {"job_id": job_id, "engine": "dask", "stdout": None})
+    write_ending(run_dir, "11", ending(138, suspended=3))
+    write_ending(run_dir, "12", ending(143, left_running=1, suspended=1))  # the grace ran out
+    slurm({"11": job_line("11", "COMPLETED"), "12": job_line("12", "TIMEOUT", "143:0"),
+           "13": job_line("13", "TIMEOUT", "0:9")})  # 13: killed before it could record anything
+    status, out, err = hpo("jobs", run_dir)
+    assert status == 0, err
+    clean, grace_ran_out, killed = (notes_of(out, j) for j in ("11", "12", "13"))
+    assert "stopped cleanly on SIGUSR1 before the walltime: 3 trials suspended" in clean
+    assert "reported to SLURM as 0" in clean
+    assert "cleanly" not in grace_ran_out and "1 trial still ran when the stop grace ran out" in grace_ran_out
+    assert "killed at the walltime before the study stopped cleanly" in killed
+    assert "may be left RUNNING" in killed
+
+
+def test_jobs_remember_what_slurm_forgot(hpo, slurm, tmp_path):
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    append_job(run_dir, {"job_id": "21", "engine": "dask", "stdout": None})
+    write_ending(run_dir, "21", ending(143, suspended=2))
+    slurm({"21": job_line("21", "CANCELLED", run_time="00:03:00")})
+    assert "CANCELLED" in notes_of(hpo("jobs", run_dir)[1], "21")
+    slurm({})  # purged after MinJobAge
+    status, out, err = hpo("jobs", run_dir)
+    row = notes_of(out, "21")
+    assert status == 0 and row.split()[:5] == ["21", "dask", "CANCELLED", "CANCELLED", "0:0"], out
+    assert "no longer known to SLURM" in row and "stopped cleanly on SIGTERM" in row
+    [job] = json.loads(hpo("jobs", run_dir, "--json")[1])["jobs"]
+    assert job["state"] == "CANCELLED" and job["ended"]["suspended"] == 2
+
+
+def test_submit_refuses_a_study_that_already_runs(hpo, space, slurm, tmp_path):
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    append_job(run_dir, {"job_id": "4242", "engine": "dask", "stdout": None})
+    slurm({"4242": job_line("4242", "RUNNING")})
+    status, out, err = hpo("submit", space, "--time", "5")
+    assert status == 2 and "SLURM job 4242 (RUNNING) already runs this study" in err, err
+    assert "fix:" in err and "--after 4242" in err and len(read_jobs(run_dir)) == 1
+    # Queued behind it, the continuation is what hpo submit is for.
+    status, out, err = hpo("submit", space, "--time", "5", "--after", "4242")
+    assert status == 0 and "submitted SLURM job 4243" in out, err
+    # A live master holds the study (an hpo run outside SLURM): refused too.
+    slurm({"4242": job_line("4242", "COMPLETED"), "4243": job_line("4243", "COMPLETED")})
+    with MasterLease(run_dir):
+        status, _, err = hpo("submit", space, "--time", "5")
+    assert status == 2 and f"pid {os.getpid()}" in err and "fix:" in err
+    assert hpo("submit", space, "--time", "5")[0] == 0  # free again
+
+
 def test_refused_submission_exits_2_with_what_sbatch_said(hpo, space, monkeypatch, tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -341,9 +450,10 @@ def test_run_dir_with_another_space_is_refused(hpo, space, tmp_path):
     run_dir = tmp_path / "runs" / "toy"
     run_dir.mkdir(parents=True)
     (run_dir / "study.json").write_text(json.dumps(
-        {"spec": {"name": "toy", "space": {"other": [1]}}, "storage": "journal.log"}))
+        {"spec": {"name": "toy", "space": {"other": [1]}, "metric": {"name": "value"}},
+         "storage": "journal.log"}))
     status, _, err = hpo("submit", space, "--time", "5", "--dry-run")
-    assert status == 2 and "different search space" in err
+    assert status == 2 and "different" in err and "space" in err, err
 
 
 def test_cli_exit_status_in_a_subprocess(space, tmp_path):
@@ -428,15 +538,13 @@ def test_srun_launcher_is_a_string_transform():
 def test_worker_gets_its_own_gpus_and_cpus():
     env = {"SLURM_LOCALID": "1", "SLURM_CPUS_PER_TASK": "20", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
            "SLURMD_NODENAME": "n1"}
-    argv, new_env = worker_argv(env, "/s.json", workers_per_node=2, gpus_per_worker=2)
-    assert new_env["CUDA_VISIBLE_DEVICES"] == "2,3"
-    assert argv[argv.index("--resources") + 1] == "CPU=20,GPU=2"
-    assert argv[argv.index("--nthreads") + 1] == "20" and argv[argv.index("--name") + 1] == "n1-1"
-    cpu_only, cpu_env = worker_argv({"SLURM_CPUS_ON_NODE": "48"}, "/s.json", 1, 0, interface="ib0")
-    assert cpu_only[cpu_only.index("--resources") + 1] == "CPU=48" and "CUDA_VISIBLE_DEVICES" not in cpu_env
-    assert cpu_only[-2:] == ["--interface", "ib0"]
+    options, changes = worker_settings(env, workers_per_node=2, gpus_per_worker=2)
+    assert changes == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert options == {"nthreads": 20, "resources": {"CPU": 20, "GPU": 2}, "name": "n1-1"}
+    cpu_only, cpu_changes = worker_settings({"SLURM_CPUS_ON_NODE": "48"}, 1, 0)
+    assert cpu_only["resources"] == {"CPU": 48} and cpu_changes == {}
     with pytest.raises(SystemExit, match="needs 2 GPU"):
-        worker_argv({**env, "CUDA_VISIBLE_DEVICES": "0,1,2"}, "/s.json", 2, 2)
+        worker_settings({**env, "CUDA_VISIBLE_DEVICES": "0,1,2"}, 2, 2)
 
 
 def test_default_stop_margin():

@@ -4,8 +4,10 @@ A single-node cluster (munged, slurmctld, slurmd, two fake GPUs) is started
 for this module in a temp dir and stopped after (tests/slurm_cluster.py).
 Studies are submitted as a user would, with ``hpo submit`` in a subprocess,
 and run as real batch jobs: a Dask scheduler, workers started by srun, the
-study against them. One study hits its walltime: SLURM's USR1 stops it
-cleanly and a resubmission finishes it.
+study against them, over TLS. One study hits its walltime: SLURM's USR1
+stops it cleanly and a resubmission finishes it; another is cancelled
+mid-trial (scancel's SIGTERM reaches every process of the job) and its
+trials suspend with their checkpoints.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import toy_space
-from hpo.store import RunDir
+from conftest import toy_space, wait_for
+from hpo.store import RunDir, TrialStatus
+from hpo.store.records import status_of
 from slurm_cluster import SlurmCluster, unavailable_reason
 
 _WHY = unavailable_reason()
@@ -121,8 +124,10 @@ def test_one_worker_per_gpu(cluster, tmp_path):
 
 
 def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
-    """--time 1: SLURM sends USR1 30 s before the limit; the study stops cleanly
-    (exit 138). The resubmission, queued behind it with --after, finishes it."""
+    """--time 1: SLURM sends USR1 15 s before the limit; the study stops cleanly
+    (exit 138), which the job reports to SLURM as 0: a stop meant to be
+    continued is no failure. The resubmission, queued behind it with --after,
+    finishes it."""
     space = toy_space("slow-slurm", "hpo.examples.toy:slow",
                       space={"x": [0, 1, 2, 3, 4, 5], "sleep_s": [15.0]})
     first, run_dir = submit(cluster, tmp_path, space, "--time", "1", "--stop-before", "15")
@@ -130,7 +135,9 @@ def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
     wait_gone(cluster, first, timeout=150)
     jobs = job_info(cluster, run_dir)
     cut = jobs[0]
-    assert cut["exit_code"] == "138:0", output(cut)  # 128 + SIGUSR1: stopped by the warning signal
+    assert (cut["state"], cut["exit_code"]) == ("COMPLETED", "0:0"), output(cut)
+    ended = cut["ended"]  # what the job recorded: 128 + SIGUSR1, nothing left running
+    assert (ended["exit_status"], ended["clean"], ended["left_running"]) == (138, True, 0), ended
     assert "hpo: SIGUSR1 received, stopping the study" in output(cut)
     assert "resume it with: hpo submit" in output(cut)
     shown = hpo(cluster, tmp_path, "jobs", run_dir).stdout
@@ -143,6 +150,100 @@ def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
     complete = [t for t in trials(run_dir) if t.state.name == "COMPLETE"]
     assert sorted(t.params["x"] for t in complete) == [0, 1, 2, 3, 4, 5]
     assert_nothing_left(run_dir)
+
+
+# An objective that checkpoints after every step and logs each step it does,
+# so that a step lost or done twice shows in the log.
+CHECKPOINTED = """
+import time
+from pathlib import Path
+
+def train(config, trial):
+    state = trial.load_checkpoint() or {"step": 0}
+    for step in range(state["step"], 8):
+        time.sleep(1.0)
+        with open(Path(__file__).with_name("steps.log"), "a") as log:
+            log.write(f"{config['x']} {step}\\n")
+        trial.report(step, value=config["x"] + step / 10)
+        trial.save_checkpoint({"step": step + 1})
+        if step < 7 and trial.should_stop():
+            break
+    return {"value": config["x"] + 0.7}
+"""
+
+# A client without the job's certificate: plain TCP to the scheduler's port,
+# then TLS with a certificate of its own. Neither may run anything.
+INTRUDER = """
+import sys
+from distributed import Client
+from distributed.security import Security
+address, marker = sys.argv[1], sys.argv[2]
+for target, security in ((address.replace("tls://", "tcp://"), None), (address, Security.temporary())):
+    try:
+        with Client(target, security=security, timeout=3) as client:
+            client.submit(open, marker, "w").result(timeout=3)
+    except Exception as exc:
+        print("refused:", type(exc).__name__)
+"""
+
+
+def logged_steps(folder: Path) -> list[tuple[int, int]]:
+    log = folder / "steps.log"
+    return [tuple(map(int, line.split())) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_scancel_suspends_running_trials_and_a_resubmission_finishes(cluster, tmp_path):
+    """scancel mid-trial: SLURM's SIGTERM reaches every process at once. The
+    workers let their running trials checkpoint and suspend, the study waits
+    for them, and the job records a clean stop (exit 0, not a failure). The
+    resubmission finishes every trial, no step lost or done twice. Meanwhile:
+    the cluster speaks TLS only, with the job's own key, and the same study
+    cannot be submitted a second time."""
+    (tmp_path / "ckpt_steps.py").write_text(CHECKPOINTED)
+    space = toy_space("cancel-slurm", "ckpt_steps:train", space={"x": [0, 1, 2]})
+    job_id, run_dir = submit(cluster, tmp_path, space, "--time", "5")
+    job_dir = run_dir / "jobs" / job_id
+    wait_for(lambda: len({x for x, _ in logged_steps(tmp_path)}) == 2, 150, "two trials running")
+
+    address = json.loads((job_dir / "scheduler.json").read_text())["address"]
+    assert address.startswith("tls://127.0.0.1:"), address
+    assert {oct(p.stat().st_mode & 0o777) for p in job_dir.glob("tls-*.pem")} == {"0o600"}
+    marker = tmp_path / "intruder-was-here"
+    intruder = subprocess.run([sys.executable, "-c", INTRUDER, address, str(marker)], text=True,
+                              capture_output=True, timeout=60, env=_without_dask_config())
+    assert intruder.stdout.count("refused:") == 2 and not marker.exists(), intruder.stdout + intruder.stderr
+
+    again = hpo(cluster, tmp_path, "submit", tmp_path / "cancel-slurm.json", "--interface", "lo", "--time", "5")
+    assert again.returncode == 2 and f"SLURM job {job_id} (RUNNING)" in again.stderr, again.stderr
+    assert "--after " + job_id in again.stderr
+
+    subprocess.run(["scancel", job_id], env=cluster.env, check=True)
+    wait_gone(cluster, job_id, timeout=60)
+    [job] = job_info(cluster, run_dir)
+    assert job["state"] == "CANCELLED" and job["exit_code"] == "0:0", output(job)
+    states = {t.number: status_of(t) for t in trials(run_dir)}
+    assert TrialStatus.RUNNING not in states.values(), (states, output(job))
+    suspended = [n for n, state in states.items() if state is TrialStatus.SUSPENDED]
+    assert len(suspended) == 2, states
+    for number in suspended:
+        assert (run_dir / "trials" / f"{number:06d}" / "state.pkl").is_file()
+    assert job["ended"]["clean"] and job["ended"]["suspended"] == 2, job["ended"]
+    shown = hpo(cluster, tmp_path, "jobs", run_dir).stdout
+    assert "stopped cleanly on SIGTERM" in shown and "2 trials suspended" in shown, shown
+    assert_nothing_left(run_dir)
+
+    second, _ = submit(cluster, tmp_path, space, "--time", "5")
+    wait_gone(cluster, second, timeout=180)
+    assert job_info(cluster, run_dir)[1]["exit_code"] == "0:0"
+    done = trials(run_dir)
+    assert sorted(t.params["x"] for t in done if t.state.name == "COMPLETE") == [0, 1, 2]
+    steps = logged_steps(tmp_path)
+    assert sorted(steps) == [(x, s) for x in range(3) for s in range(8)], steps
+    assert_nothing_left(run_dir)
+
+
+def _without_dask_config() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
 
 
 def assert_nothing_left(run_dir: Path) -> None:
