@@ -21,6 +21,12 @@ At seeded random moments, while trials are in flight:
    (fresh heartbeat), resumes the silent one as itself from its checkpoint
    (``resumed`` event, attempt 2), and re-proposes the configurations the dead
    master had queued but no worker started (CANCELLED, then run again).
+4. from the start, a second master runs the same command at the same
+   moment: one of the two is refused (exit 2, the study's lease is held);
+5. later, the Dask scheduler is killed (SIGKILL) with trials in flight: the
+   master exits 75 without failing any trial; a new scheduler and new
+   workers start (the old workers are killed: their node is gone too) and
+   the same command resumes.
 
 With ``--kills K`` there are K worker kills: the last one is step 3, the
 others step 1. A process is never killed inside a journal append (Optuna's
@@ -35,7 +41,7 @@ for grid search and for seeded random search over continuous ranges.
 Run: ``python bench/chaos.py [--trials 30] [--algorithm grid|random|both]
 [--seed S] [--kills 2]``. A live status line goes to stderr, a summary table
 to stdout; the exit status is 1 when anything was lost or differs. The last
-line is ``lost=<configurations missing or duplicated, all algorithms>``.
+line is ``lost=<configurations missing> duplicated=<configurations run twice>`` (all algorithms).
 """
 
 from __future__ import annotations
@@ -92,14 +98,29 @@ class Cluster:
         self._started = 0
 
     def start(self) -> "Cluster":
+        self.scheduler_file.unlink(missing_ok=True)
         self.scheduler = self._spawn(
             ["distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--scheduler-file", str(self.scheduler_file), "--dashboard-address", ":0"], "scheduler")
+             "--scheduler-file", str(self.scheduler_file), "--dashboard-address", "127.0.0.1:0"],
+            "scheduler")
         _wait(self.scheduler_file.exists, 60, "the scheduler file")
         for _ in range(WORKERS):
             self._start_worker()
         self.wait_for_workers(WORKERS)
         return self
+
+    def kill_scheduler(self) -> int:
+        pid = self.scheduler.pid
+        self.scheduler.send_signal(signal.SIGKILL)
+        self.scheduler.wait()
+        return pid
+
+    def replace(self) -> None:
+        """A new scheduler and new workers, the old workers killed (their node
+        went with the scheduler's): their trials fall silent and are resumed."""
+        for pid in list(self.workers):
+            self.kill_worker(pid)
+        self.start()
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen:
         log = open(self.workdir / f"{log_name}.log", "ab")
@@ -220,6 +241,8 @@ class Outcome:
     # (pid, whether the master was up) of each worker killed
     worker_kills: list[tuple[int, bool]] = field(default_factory=list)
     master_runs: int = 0
+    twin_exit: int | None = None  # the refused one of two masters started at once (2)
+    scheduler_exit: int | None = None  # the master's, after its scheduler was killed (75)
     master_pids: list[int] = field(default_factory=list)
     run_dir: Path | None = None
     retried_numbers: list[int] = field(default_factory=list)
@@ -232,7 +255,8 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return (self.lost == 0 and not self.unfinished and not self.other_states
-                and self.equal is not False)
+                and self.equal is not False and self.twin_exit in (None, 2)
+                and self.scheduler_exit in (None, 75))
 
 
 def examine(run_dir: Path, algorithm: str) -> Outcome:
@@ -300,6 +324,7 @@ class Study:
     label: str
     status: Status
     master: subprocess.Popen | None = None
+    master_started: float = 0.0
     runs: int = 0
     pids: list[int] = field(default_factory=list)
 
@@ -315,14 +340,27 @@ class Study:
                 "--quiet"]
 
     def start_master(self) -> None:
+        self.master = self._spawn_master()
+
+    def start_twin_masters(self) -> int:
+        """Two masters at the same moment; one must be refused (exit 2). The
+        one left running becomes the study's master; the other's exit status."""
+        first, second = self._spawn_master(), self._spawn_master()
+        _wait(lambda: first.poll() is not None or second.poll() is not None, 120, "one of two masters")
+        refused, self.master = (first, second) if first.poll() is not None else (second, first)
+        return refused.returncode
+
+    def _spawn_master(self) -> subprocess.Popen:
         self.runs += 1
+        self.master_started = time.time()
         log = open(self.runs_dir / f"master-{self.runs}.log", "ab")
         try:
-            self.master = subprocess.Popen(self.command(), env=self.env, stdout=log,
-                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            master = subprocess.Popen(self.command(), env=self.env, stdout=log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:
             log.close()
-        self.pids.append(self.master.pid)
+        self.pids.append(master.pid)
+        return master
 
     def master_alive(self) -> bool:
         return self.master is not None and self.master.poll() is None
@@ -370,6 +408,10 @@ def running_trials(run_dir: Path, min_steps: int = 1) -> list[optuna.trial.Froze
             and len(t.intermediate_values) >= min_steps]
 
 
+def _created_since(run_dir: Path, since: float) -> bool:
+    return any(t.datetime_start and t.datetime_start.timestamp() >= since for t in trials_of(run_dir))
+
+
 def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None:
     """A worker mid-trial: its PID is in the run record of a RUNNING trial that
     has reported at least one step and has at least 3 to go."""
@@ -402,12 +444,15 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     # plus a random delay of up to one trial's length.
     early = sorted(rng.randint(max(1, trials // 10), max(1, trials * 2 // 5)) for _ in range(kills - 1))
     master_at = rng.randint(max(1, trials * 2 // 5) + 1, max(2, trials * 7 // 10))
-    plan = [("worker", n) for n in early] + [("master", master_at)]
+    scheduler_at = rng.randint(master_at + 1, max(master_at + 1, trials * 17 // 20))
+    plan = [("worker", n) for n in early] + [("master", master_at), ("scheduler", scheduler_at)]
     killed: list[str] = []
     worker_kills: list[tuple[int, bool]] = []
     done = 0
     started = time.monotonic()
-    study.start_master()
+    twin_exit = study.start_twin_masters()
+    killed.append(f"a second master at once (exit {twin_exit})")
+    scheduler_exit = None
     try:
         for what, after in plan:
             _wait(lambda: _progress(study, started, after), MASTER_TIMEOUT_S,
@@ -420,6 +465,17 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
                 worker_kills.append((pid, True))
                 new = cluster.restart_worker()
                 killed.append(f"worker {pid} (SIGKILL, master up{held}) -> new worker {new}")
+            elif what == "scheduler":
+                # The master must be at work on the scheduler (it created a trial), not still connecting.
+                _wait(lambda: _created_since(study.run_dir, study.master_started), 120,
+                      "a trial created by the running master", study.master_alive)
+                pid = cluster.kill_scheduler()
+                study.master.wait(timeout=MASTER_TIMEOUT_S)
+                scheduler_exit = study.master.returncode
+                cluster.replace()
+                killed.append(f"scheduler {pid} (SIGKILL; master exit {scheduler_exit}) -> new "
+                              "scheduler and workers")
+                study.start_master()
             else:
                 # Trials in flight, one of them on the worker that dies with the master.
                 victim = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "trials in flight",
@@ -444,6 +500,7 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     out = examine(study.run_dir, spec["search"]["algorithm"])
     out.wall_s, out.kills, out.worker_kills = time.monotonic() - started, killed, worker_kills
     out.master_runs, out.master_pids, out.run_dir = study.runs, study.pids, study.run_dir
+    out.twin_exit, out.scheduler_exit = twin_exit, scheduler_exit
     return out
 
 
@@ -516,9 +573,11 @@ def run_all(workdir: Path, algorithms: list[str], trials: int, seed: int, kills:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    head = ("algorithm", "completed", "retried", "resumed", "cancelled+rerun", "lost", "equal", "wall_s")
+    head = ("algorithm", "completed", "retried", "resumed", "cancelled+rerun", "lost", "duplicated",
+            "twin exit", "exit after scheduler kill", "equal", "wall_s")
     rows = [head] + [(o.algorithm, str(o.completed), str(o.retried), str(o.resumed),
-                      str(o.cancelled_rerun), str(o.lost), "yes" if o.equal else "no",
+                      str(o.cancelled_rerun), str(len(o.missing)), str(len(o.duplicated)),
+                      str(o.twin_exit), str(o.scheduler_exit), "yes" if o.equal else "no",
                       f"{o.wall_s:.1f}") for o in outcomes]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
@@ -559,8 +618,8 @@ def main() -> int:
             print("  results differ from the undisturbed run")
     print()
     print(table(outcomes))
-    lost = sum(o.lost for o in outcomes)
-    print(f"lost={lost}")
+    print(f"lost={sum(len(o.missing) for o in outcomes)} "
+          f"duplicated={sum(len(o.duplicated) for o in outcomes)}")
     return 0 if all(o.ok for o in outcomes) else 1
 
 
