@@ -241,13 +241,13 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _repair(args: argparse.Namespace) -> int:
     from hpo.store import RunDir
 
     for line in RunDir(Path(args.run_dir)).repair():
         print(line)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

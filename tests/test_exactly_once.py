@@ -101,6 +101,22 @@ def test_sigterm_under_the_inline_engine_suspends_the_running_trial_and_the_resu
     assert states(run_dir)["COMPLETE"] == 3 and states(run_dir)["FAILED"] == 0
 
 
+def test_a_second_signal_does_not_cut_the_stop_short(tmp_path):
+    # SLURM may send USR1 and then SIGTERM: the running trial still gets its grace.
+    args = ("run", str(SPACES / "orphan.json"), "--engine", "inline", "--runs-dir", str(tmp_path),
+            "--quiet")
+    master = hpo(*args, env={"SLOWOBJ_STEP_S": "3"})
+    run_dir = tmp_path / "orphan"
+    wait_for(lambda: run_dir.joinpath("journal.log").exists() and states(run_dir)["RUNNING"] == 1,
+             what="the first trial running")
+    master.send_signal(signal.SIGUSR1)
+    time.sleep(1)  # inside the grace: the trial is in its 3 s step
+    master.send_signal(signal.SIGTERM)
+    code, output = finish(master)
+    assert code == 128 + signal.SIGUSR1, output
+    assert states(run_dir)["SUSPENDED"] == 1 and states(run_dir)["RUNNING"] == 0
+
+
 # -- a dead Dask scheduler --------------------------------------------------------------
 
 

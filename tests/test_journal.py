@@ -205,3 +205,16 @@ def test_repair_is_for_the_journal_only(run_dir, tmp_path):
     proc = hpo("repair", run_dir)
     assert proc.returncode == 2 and "journal.log is missing" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_damaged_journal_given_as_storage_is_refused_with_its_repair(run_dir, tmp_path):
+    data, at = _cut_in_the_middle((run_dir / "journal.log").read_bytes())
+    journal = tmp_path / "elsewhere.log"
+    journal.write_bytes(data)
+    proc = hpo("run", run_dir.parent / "space.json", "--engine", "inline", "--storage", journal,
+               "--runs-dir", tmp_path / "runs", "--quiet")
+    start = data.rfind(b"\n", 0, at) + 1  # the damaged line
+    assert proc.returncode == 2, proc.stderr
+    assert f"damaged at byte {start}" in proc.stderr
+    assert "hpo repair" in proc.stderr and "Traceback" not in proc.stderr
+    assert journal.read_bytes() == data and not (tmp_path / "runs" / "tiny").exists()

@@ -84,15 +84,7 @@ class DaskEngine(Engine):
     def _reach(scheduler: str):
         """A client of the running scheduler, with one joined worker; refused
         (exit 2) before anything is recorded when there is none."""
-        try:
-            client = _connect(scheduler)
-        except EngineError:
-            raise
-        except (OSError, TimeoutError, ValueError, KeyError) as exc:  # dead address, not a scheduler file
-            raise EngineError(
-                f"--scheduler {scheduler}: no Dask scheduler answers there ({type(exc).__name__}: {exc}).\n"
-                "  fix: start one (dask scheduler --scheduler-file FILE) and pass its address or "
-                "file, or drop --scheduler to use an embedded cluster") from None
+        client = _connect(scheduler)
         try:
             client.wait_for_workers(1, timeout=120)
         except TimeoutError:
@@ -211,10 +203,18 @@ def _connect(scheduler: str):
                 f"--scheduler {scheduler}: not a scheduler file (no JSON with an \"address\").\n"
                 "  fix: pass the file given to `dask scheduler --scheduler-file`, or tcp://HOST:PORT"
             ) from None
-        return Client(scheduler_file=scheduler)
-    if "://" not in scheduler and ":" not in scheduler:
+        where = {"scheduler_file": scheduler}
+    elif "://" in scheduler or ":" in scheduler:
+        where = {"address": scheduler}
+    else:
         raise EngineError(
             f"--scheduler {scheduler!r} is neither an existing scheduler file nor an address.\n"
             "  fix: pass tcp://HOST:PORT or the path given to `dask scheduler --scheduler-file`"
         )
-    return Client(scheduler)
+    try:
+        return Client(**where)
+    except (OSError, TimeoutError, ValueError) as exc:  # nobody answers, or no address there
+        raise EngineError(
+            f"--scheduler {scheduler}: no Dask scheduler answers there ({type(exc).__name__}: {exc}).\n"
+            "  fix: start one (dask scheduler --scheduler-file FILE) and pass its address or "
+            "file, or drop --scheduler to use an embedded cluster") from None

@@ -117,8 +117,7 @@ class RunDir:
             self.path.mkdir(parents=True, exist_ok=True)
             record = {"spec": spec, "storage": storage or JOURNAL_FILE}
             write_atomically(self.study_file, json.dumps(record, indent=2))
-        elif allow_changes and self.read()["spec"] != spec:
-            record = self.read()
+        elif allow_changes and (record := self.read())["spec"] != spec:
             record["earlier_specs"] = [*record.get("earlier_specs", []), record["spec"]]
             record["spec"] = spec
             write_atomically(self.study_file, json.dumps(record, indent=2))

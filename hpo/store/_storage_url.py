@@ -30,9 +30,7 @@ def check_storage_url(url: str) -> None:
     except UsageError:
         raise  # a damaged journal: its own message and fix
     except ImportError as exc:
-        raise UsageError(f"--storage {url}: its database driver is not installed ({exc}).\n"
-                         "  fix: pip install the driver (PostgreSQL: pip install 'hpo[postgres]')"
-                         ) from None
+        raise _no_driver(url, exc) from None
     except Exception as exc:  # SQLAlchemy/Optuna errors: unreachable server, bad path...
         raise UsageError(f"--storage {url}: cannot open it ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}).\n{_FIX}") from None
@@ -60,9 +58,7 @@ def _check_database_url(url: str) -> None:
     except (ArgumentError, NoSuchModuleError, ValueError):
         raise UsageError(f"--storage {url}: not a storage URL this tool can open.\n{_FIX}") from None
     except ImportError as exc:
-        raise UsageError(f"--storage {url}: its database driver is not installed ({exc}).\n"
-                         "  fix: pip install the driver (PostgreSQL: pip install 'hpo[postgres]')"
-                         ) from None
+        raise _no_driver(url, exc) from None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ":memory:"
         if database == ":memory:" or database.startswith("file::memory:"):
@@ -73,3 +69,8 @@ def _check_database_url(url: str) -> None:
         if not directory.is_dir():
             raise UsageError(f"--storage {url}: the directory {directory} does not exist.\n"
                              f"  fix: create it (mkdir -p {directory}) or pass another path")
+
+
+def _no_driver(url: str, exc: ImportError) -> UsageError:
+    return UsageError(f"--storage {url}: its database driver is not installed ({exc}).\n"
+                      "  fix: pip install the driver (PostgreSQL: pip install 'hpo[postgres]')")

@@ -11,6 +11,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from hpo.trial._local_stop import exit_after_grace, request_suspend
@@ -40,7 +41,7 @@ def _leave(why: str) -> None:
 def _watch_parent(parent: int) -> None:
     def watch() -> None:
         while os.getppid() == parent:
-            threading.Event().wait(_PARENT_POLL_S)
+            time.sleep(_PARENT_POLL_S)
         _leave("its worker process ended")
 
     threading.Thread(target=watch, name="hpo-parent-watch", daemon=True).start()
