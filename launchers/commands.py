@@ -6,16 +6,19 @@ import argparse
 import json
 import shlex
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
-from hpo.registry import ENGINES
+from hpo.registry import ALGORITHMS, ENGINES
 from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
 from hpo.launchers.records import JOBS_FILE, append_job, read_ending, read_jobs
 from hpo.launchers.request import BatchRequest
+from hpo.launchers.site import Site, check_scratch, load_site
 from hpo.launchers.slurm import JobStatus, SlurmProvider, require
 from hpo.launchers.states import JobState
 from hpo.launchers.tracking import check_free, job_statuses
@@ -23,8 +26,7 @@ from hpo.launchers.tracking import check_free, job_statuses
 __all__ = ["add_commands", "status_lines"]
 
 # Options of `hpo run` that `hpo submit` passes through to the study.
-_PASSED = (("--storage", str), ("--name", str), ("--objective", str),
-           ("--algorithm", str), ("--max-trials", int), ("--parallel", int), ("--seed", int))
+_PASSED = ("--storage", "--name", "--objective", "--algorithm", "--max-trials", "--parallel", "--seed")
 
 
 def add_commands(command) -> None:
@@ -34,44 +36,102 @@ def add_commands(command) -> None:
     submit.set_defaults(handler=lambda args: _submit(args, submit))
 
     jobs = command("jobs", help="SLURM state of a run directory's jobs, and the study's progress")
-    jobs.add_argument("run_dir")
-    jobs.add_argument("--json", action="store_true", help="machine-readable output")
+    jobs.add_argument("run_dir", metavar="RUN_DIR",
+                      help="the study's run directory (runs/<name>), as hpo submit printed it")
+    jobs.add_argument("--json", action="store_true",
+                      help="machine-readable output: every job record with its SLURM state and "
+                           "recorded ending, and the study's summary")
     jobs.set_defaults(handler=_jobs)
 
 
 def _submit_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("space", help="search space JSON file")
+    p.add_argument("space", metavar="SPACE", help="the search space JSON file (see README: The space file)")
+    _allocation_options(p.add_argument_group("the allocation"))
+    _site_options(p.add_argument_group("the site (also from a profile: --site, see launchers/README.md)"))
+    _engine_options(p.add_argument_group("engine-specific"))
+    _study_options(p.add_argument_group("passed to the study (as for hpo run)"))
+
+
+def _allocation_options(p) -> None:
     # The engines that run a study across an allocation's nodes.
     p.add_argument("--engine", choices=[n for n in ENGINES.names if n != "inline"], default="dask",
-                   help="dask: an sbatch script with a Dask cluster (default); compss: enqueue_compss")
-    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+                   help="dask: an sbatch script with a Dask cluster; compss: enqueue_compss "
+                        "(default: %(default)s)")
+    p.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes (default: %(default)s)")
     p.add_argument("--time", type=int, required=True, dest="time_min", metavar="MINUTES",
-                   help="walltime in minutes")
-    p.add_argument("--cpus-per-node", type=int, help="CPUs per node (default: whole nodes)")
-    p.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (default 0)")
-    p.add_argument("--mem-per-node-gb", type=int, help="memory per node, GB")
-    p.add_argument("--partition", help="SLURM partition (COMPSs: --queue)")
-    p.add_argument("--qos", help="SLURM QOS")
-    p.add_argument("--account", help="SLURM account (COMPSs: --project_name)")
+                   help="walltime in minutes (required)")
+    p.add_argument("--cpus-per-node", type=int, metavar="C",
+                   help="CPUs per node (default: whole nodes, every CPU SLURM gives)")
+    p.add_argument("--gpus-per-node", type=int, default=0, metavar="G",
+                   help="GPUs per node (default: %(default)s)")
+    p.add_argument("--mem-per-node-gb", type=int, metavar="M",
+                   help="memory per node, GB (default: the partition's)")
     p.add_argument("--stop-before", type=int, dest="stop_before_s", metavar="SECONDS",
-                   help="ask the study to stop this long before the walltime "
-                        "(default 10%% of it, 30 s to 5 min)")
-    p.add_argument("--after", metavar="JOB_ID", help="start after this job ends (a resubmission)")
-    p.add_argument("--extra", action="append", default=[], metavar="OPTION",
-                   help="an sbatch or enqueue_compss option passed verbatim, e.g. --extra=--reservation=R")
-    p.add_argument("--dry-run", action="store_true", help="print the script or command, submit nothing")
-    p.add_argument("--python", default=sys.executable,
-                   help="the Python of the project's environment on the nodes (default: this "
-                        "one); compss: --python_interpreter")
-    p.add_argument("--interface", help="dask: network interface, e.g. ib0")
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="dask: an environment variable for the job")
-    p.add_argument("--sc-cfg", help="compss, required: the site's COMPSs profile "
-                                    "(enqueue_compss --sc_cfg), or default.cfg")
-    p.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
-    p.add_argument("--timeout-s", type=float, help="wall-clock budget of the study, seconds")
-    for flag, kind in _PASSED:
-        p.add_argument(flag, type=kind, help="as for hpo run")
+                   help="ask the study to stop this long before the walltime (default: 10%% of "
+                        "it, 30 s to 5 min; a warning when above a quarter of it)")
+    p.add_argument("--after", metavar="JOB_ID",
+                   help="start after this job ends, whatever its status (a continuation)")
+    p.add_argument("--extra", action="append", metavar="OPTION",
+                   help="an sbatch (dask) or enqueue_compss (compss) option passed verbatim, "
+                        "repeatable, e.g. --extra=--reservation=R (default: none)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the batch script (dask) or the enqueue_compss command, submit "
+                        "and write nothing")
+    p.add_argument("--python", default=sys.executable, metavar="PATH",
+                   help="the Python of the project's environment on the nodes; compss: "
+                        "--python_interpreter (default: this one, %(default)s)")
+
+
+def _site_options(p) -> None:
+    p.add_argument("--site", metavar="FILE",
+                   help="site profile (TOML): set-up lines, scratch, partition, QOS, account, "
+                        "extra #SBATCH lines; 'none' for no profile (default: $HPO_SITE, else "
+                        "~/.config/hpo/site.toml if it exists)")
+    p.add_argument("--setup", action="append", metavar="LINE",
+                   help="a shell line the job runs before any Python, after the profile's, "
+                        "repeatable, e.g. --setup 'module load python/3.11' (default: none)")
+    p.add_argument("--scratch", metavar="DIR",
+                   help="node-local directory for the workers' files: dask: Dask's local "
+                        "directory, expanded on the node, e.g. '$TMPDIR'; compss: "
+                        "--worker_working_dir, e.g. local_disk (default: the profile's scratch / "
+                        "compss_scratch, else Dask's temp dir / RUN_DIR/jobs/compss-work)")
+    p.add_argument("--partition", metavar="P",
+                   help="SLURM partition; compss: --queue (default: the profile's, else SLURM's)")
+    p.add_argument("--qos", metavar="Q", help="SLURM QOS (default: the profile's, else none)")
+    p.add_argument("--account", metavar="A",
+                   help="SLURM account; compss: --project_name (default: the profile's, else none)")
+
+
+def _engine_options(p) -> None:
+    p.add_argument("--interface", metavar="IFACE",
+                   help="dask: network interface of scheduler and workers, e.g. ib0 "
+                        "(default: the node's address)")
+    p.add_argument("--env", action="append", metavar="NAME=VALUE",
+                   help="dask: an environment variable for the job, repeatable (default: none)")
+    p.add_argument("--sc-cfg", metavar="PROFILE",
+                   help="compss, required: the site's COMPSs profile (enqueue_compss --sc_cfg), "
+                        "or default.cfg (default: the site profile's sc_cfg)")
+
+
+def _study_options(p) -> None:
+    algorithms = ", ".join(ALGORITHMS.names)
+    p.add_argument("--runs-dir", default="runs", metavar="DIR",
+                   help="parent of run directories (default: %(default)s)")
+    p.add_argument("--storage", metavar="URL",
+                   help="Optuna storage URL instead of the run directory's journal (default: none)")
+    p.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
+    p.add_argument("--objective", metavar="MODULE:FUNCTION",
+                   help="package.module:function to optimise (default: the space's)")
+    p.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
+                   help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
+    p.add_argument("--max-trials", type=int, metavar="N",
+                   help="trial budget (default: the space's; a grid's size)")
+    p.add_argument("--parallel", type=int, metavar="N",
+                   help="trials in flight at once (default: the space's, else the allocation's slots)")
+    p.add_argument("--seed", type=int, help="seed of random and Bayesian search (default: the space's)")
+    p.add_argument("--timeout-s", type=float, metavar="S",
+                   help="wall-clock budget of the study, seconds (default: none; compss: the "
+                        "walltime minus --stop-before at most)")
 
 
 # -- hpo submit ------------------------------------------------------------------
@@ -79,50 +139,100 @@ def _submit_options(p: argparse.ArgumentParser) -> None:
 
 def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from hpo.api import prepare
-    from hpo.trial import resolve_objective
 
+    site = load_site(args.site)
     request = BatchRequest(
         nodes=args.nodes, time_min=args.time_min, cpus_per_node=args.cpus_per_node,
         gpus_per_node=args.gpus_per_node, mem_per_node_gb=args.mem_per_node_gb,
-        partition=args.partition, qos=args.qos, account=args.account,
-        stop_before_s=args.stop_before_s, extra=tuple(args.extra))
+        partition=args.partition or site.partition, qos=args.qos or site.qos,
+        account=args.account or site.account, stop_before_s=args.stop_before_s,
+        extra=tuple(args.extra or ()))
     request.check()
     space = Path(args.space)
     if not space.is_file():
         raise UsageError(f"{args.space}: no such file.\n  fix: pass the path of a search space JSON file")
+    if args.scratch is not None:
+        check_scratch(args.scratch)
     # A typo must fail here, not hours later in the queue.
     spec = prepare(space, name=args.name, objective=args.objective, algorithm=args.algorithm,
                    max_trials=args.max_trials, parallel=args.parallel, seed=args.seed,
                    timeout_s=args.timeout_s)
-    resolve_objective(spec.objective, spec.source)
+    pythonpath = job_pythonpath(space)
+    check_objective(spec, pythonpath)
     run_dir = (Path(args.runs_dir) / spec.name).resolve()
     _check_run_dir(run_dir, spec, args.storage)
     if not args.dry_run:
         check_free(run_dir, args.after)
-    job = _job(args, spec, space.resolve(), run_dir, request, _resubmit_line(args, parser))
+    for warning in request.warnings():
+        print(warning, file=sys.stderr)
+    resubmit = resubmit_line(args, parser, site)
+    job = _job(args, spec, space.resolve(), run_dir, request, site, pythonpath, resubmit)
     if args.engine == "compss":
-        return _submit_compss(job, args.dry_run)
+        return _submit_compss(job, args.dry_run, resubmit)
     return _submit_dask(job, args.dry_run, args.after)
 
 
-def _job(args, spec, space: Path, run_dir: Path, request: BatchRequest, resubmit: str):
+def job_pythonpath(space: Path) -> list[str]:
+    """The folders the job puts on PYTHONPATH: the space file's (an objective
+    module beside it) and the submit directory (the job's working directory)."""
+    folders = [str(space.resolve().parent), str(Path.cwd().resolve())]
+    return list(dict.fromkeys(folders))
+
+
+def check_objective(spec, pythonpath: Sequence[str]) -> None:
+    """Import the objective as the job will: with ``pythonpath`` before the
+    environment's own PYTHONPATH (which sbatch passes on)."""
+    from hpo.errors import SpaceError
+    from hpo.trial import resolve_objective
+
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in pythonpath if p not in sys.path]
+    try:
+        resolve_objective(spec.objective, spec.source)
+    except SpaceError as exc:
+        if not isinstance(exc.__cause__, ImportError):
+            raise
+        module = str(spec.objective).partition(":")[0]
+        raise SpaceError(exc.source, exc.path, exc.problem,
+                         f"the job imports {module!r} with {':'.join(pythonpath)} (the space file's "
+                         "folder and the submit directory) before PYTHONPATH: put the module "
+                         "in one of them, or install its package into the job's Python "
+                         "(--python)") from exc.__cause__
+    finally:
+        sys.path[:] = saved
+
+
+def _job(args, spec, space: Path, run_dir: Path, request: BatchRequest, site: Site,
+         pythonpath: list[str], resubmit: str) -> CompssJob | DaskJob:
+    """The job of either engine, the command line's options over the site profile's."""
     study_args = ["--runs-dir", str(run_dir.parent)]
-    for flag, _ in _PASSED:
+    for flag in _PASSED:
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
             study_args += [flag, str(value)]
-    pythonpath = [str(Path.cwd())]
+    setup = (*site.setup, *(args.setup or ()))
     if args.engine == "compss":
-        root = _project_root()
-        return CompssJob(spec, space, run_dir, request, main_script=root / "hpo_main.py",
-                         study_args=study_args, timeout_s=args.timeout_s,
-                         pythonpath=[str(root), *pythonpath], sc_cfg=args.sc_cfg,
-                         dependency=args.after, python=args.python)
+        return _compss_job(args, spec, space, run_dir, request, site, pythonpath, study_args, setup)
     if args.timeout_s is not None:
         study_args += ["--timeout-s", f"{args.timeout_s:g}"]
+    request = replace(request, extra=(*site.sbatch, *request.extra))
     return DaskJob(spec, space, run_dir, request, python=args.python, study_args=study_args,
-                   pythonpath=pythonpath, interface=args.interface, env=tuple(args.env),
-                   resubmit=resubmit)
+                   pythonpath=pythonpath, interface=args.interface, env=tuple(args.env or ()),
+                   resubmit=resubmit, setup=setup, scratch=args.scratch or site.scratch)
+
+
+def _compss_job(args, spec, space: Path, run_dir: Path, request: BatchRequest, site: Site,
+                pythonpath: list[str], study_args: list[str], setup: tuple[str, ...]) -> CompssJob:
+    if site.sbatch:
+        print(f"hpo: warning: {site.source}: sbatch lines apply to the dask engine only; "
+              "enqueue_compss writes its own script, and its --sc_cfg profile holds such "
+              "settings", file=sys.stderr)
+    root = _project_root()
+    return CompssJob(spec, space, run_dir, request, main_script=root / "hpo_main.py",
+                     study_args=study_args, timeout_s=args.timeout_s,
+                     pythonpath=[str(root), *pythonpath], sc_cfg=args.sc_cfg or site.sc_cfg,
+                     dependency=args.after, python=args.python, setup=setup,
+                     scratch=args.scratch or site.compss_scratch)
 
 
 def _submit_dask(job: DaskJob, dry_run: bool, after: str | None) -> int:
@@ -139,15 +249,18 @@ def _submit_dask(job: DaskJob, dry_run: bool, after: str | None) -> int:
     _record_and_report(job.run_dir, {
         "job_id": job_id, "engine": "dask", "script": str(path), "stdout": output, "stderr": output,
         "nodes": job.request.nodes, "time_min": job.request.time_min, "after": after,
+        "resubmit": job.resubmit,
     })
     return 0
 
 
-def _submit_compss(job: CompssJob, dry_run: bool) -> int:
+def _submit_compss(job: CompssJob, dry_run: bool, resubmit: str) -> int:
     argv = job.argv()
     for warning in job.warnings():
         print(warning, file=sys.stderr)
     if dry_run:
+        if job.env_script is not None:
+            print(f"hpo: {job.env_script} would hold:\n{job.env_script_text()}", file=sys.stderr)
         print(shlex.join(argv))
         return 0
     require("enqueue_compss")
@@ -156,12 +269,14 @@ def _submit_compss(job: CompssJob, dry_run: bool) -> int:
                          "hpo_main.py.\n  fix: install hpo from its source tree (pip install -e .)")
     for folder in (job.log_dir, job.worker_dir):
         folder.mkdir(parents=True, exist_ok=True)
+    if job.env_script is not None:
+        job.env_script.write_text(job.env_script_text())
     job_id = SlurmProvider().submit_command(argv)
     # enqueue_compss names its own output files; scontrol tells where (hpo jobs).
     _record_and_report(job.run_dir, {
         "job_id": job_id, "engine": "compss", "command": argv, "stdout": None, "stderr": None,
         "log_dir": str(job.log_dir), "nodes": job.request.nodes,
-        "time_min": job.request.time_min, "after": job.dependency,
+        "time_min": job.request.time_min, "after": job.dependency, "resubmit": resubmit,
     })
     return 0
 
@@ -190,20 +305,30 @@ def _project_root() -> Path:
     return Path(hpo.__file__).resolve().parents[1]
 
 
-def _resubmit_line(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
-    """The ``hpo submit`` command that resumes this study (printed by the job)."""
-    words = ["hpo", "submit", str(Path(args.space).resolve())]
-    for action in parser._actions:  # every option the user changed, in parser order
+def resubmit_line(args: argparse.Namespace, parser: argparse.ArgumentParser, site: Site) -> str:
+    """The command that resumes this study, from any directory: it goes back
+    to the submit directory (the job's working directory and PYTHONPATH,
+    where relative storage paths point) and repeats every option that was
+    given, with the run directory, space and site profile as absolute paths."""
+    words = [sys.executable, "-m", "hpo", "submit", str(Path(args.space).resolve()),
+             f"--runs-dir={Path(args.runs_dir).resolve()}"]
+    if site.source is not None:  # found through $HPO_SITE or ~/.config: named, not looked up again
+        words.append(f"--site={site.source}")
+    elif args.site is not None:
+        words.append("--site=none")
+    for action in parser._actions:  # every other option the user changed, in parser order
         value = getattr(args, action.dest, None)
-        if not action.option_strings or action.dest in ("help", "dry_run", "after", "debug") \
+        if not action.option_strings or action.dest in _NOT_REPEATED \
                 or value == action.default or value is None:
             continue
         flag = action.option_strings[-1]
-        if flag == "--runs-dir":
-            value = str(Path(value).resolve())
         for item in value if isinstance(value, list) else [value]:
             words += [flag] if item is True else [f"{flag}={item}"]
-    return shlex.join(words)
+    return f"cd {shlex.quote(str(Path.cwd().resolve()))} && {shlex.join(words)}"
+
+
+# Not part of a resumption: a one-off, the job it followed, or given above.
+_NOT_REPEATED = {"help", "dry_run", "after", "debug", "runs_dir", "site"}
 
 
 # -- hpo jobs / hpo status -------------------------------------------------------
@@ -250,7 +375,10 @@ def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, J
         s = states[r["job_id"]]
         lines.append(f"{r['job_id']:<10} {r['engine']:<7} {s.state.value:<10} {s.slurm_state:<12} "
                      f"{s.exit_code or '-':<6} {s.run_time or '-':<10} {s.stdout or r.get('stdout') or '-'}")
-        lines += [f"{'':<10} {note}" for note in _notes(s, read_ending(run_dir, r["job_id"]))]
+        notes = _notes(s, read_ending(run_dir, r["job_id"]))
+        if r.get("resubmit") and any("again" in note for note in notes):
+            notes.append(f"resume: {r['resubmit']}")
+        lines += [f"{'':<10} {note}" for note in notes]
     return lines
 
 

@@ -15,6 +15,7 @@ before the walltime: after the study's budget, as a backstop.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,13 @@ class CompssJob:
     python:
         The interpreter of the project's environment (``--python_interpreter``):
         COMPSs otherwise runs the ``python3`` on PATH, on the master and the workers.
+    setup:
+        Shell lines of the site (``module load ...``), written to a script
+        that COMPSs sources before it runs the application (``--env_script``).
+    scratch:
+        The workers' working directory (``--worker_working_dir``): COMPSs's
+        keyword for node-local disk (``local_disk``; ``scratch`` before 3.0)
+        or an absolute path; None keeps it in the run directory.
     """
 
     spec: StudySpec
@@ -64,6 +72,8 @@ class CompssJob:
     sc_cfg: str | None = None
     dependency: str | None = None
     python: str | None = None
+    setup: Sequence[str] = ()
+    scratch: str | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -72,6 +82,18 @@ class CompssJob:
     @property
     def worker_dir(self) -> Path:
         return self.run_dir / "jobs" / "compss-work"
+
+    @property
+    def env_script(self) -> Path | None:
+        """Where the set-up script is written (named by its content), or None."""
+        if not self.setup:
+            return None
+        digest = hashlib.sha256(self.env_script_text().encode()).hexdigest()[:10]
+        return self.run_dir / "jobs" / f"compss-env-{digest}.sh"
+
+    def env_script_text(self) -> str:
+        return "\n".join(["# The site's set-up for hpo's COMPSs study (hpo submit --setup, the site",
+                          "# profile); enqueue_compss --env_script sources it.", *self.setup, ""])
 
     @property
     def budget_s(self) -> float:
@@ -121,6 +143,11 @@ class CompssJob:
                 f"study {self.spec.name!r} needs {res.gpus} GPU(s) per trial and --gpus-per-node "
                 f"is {r.gpus_per_node}: COMPSs would never schedule a trial.\n"
                 f"  fix: --gpus-per-node {res.gpus} or more")
+        if self.scratch is not None and "$" in self.scratch:
+            raise UsageError(
+                f"--engine compss --scratch {self.scratch!r}: enqueue_compss takes no variables "
+                "of the node; the site's COMPSs profile knows its node-local disk.\n"
+                "  fix: --scratch local_disk (COMPSs 3.x; scratch before 3.0) or an absolute path")
         if r.cpus_per_node is not None and res.cpus > r.cpus_per_node:
             raise UsageError(
                 f"study {self.spec.name!r} needs {res.cpus} CPUs per trial and --cpus-per-node "
@@ -142,10 +169,11 @@ class CompssJob:
             # With one node COMPSs would otherwise run no task at all (default 0).
             "worker_in_master_cpus": r.cpus_per_node if r.nodes == 1 else None,
             "worker_in_master_memory": r.mem_per_node_gb * 1024 if r.nodes == 1 and r.mem_per_node_gb else None,
-            "worker_working_dir": str(self.worker_dir),
+            "worker_working_dir": self.scratch or str(self.worker_dir),
             "log_dir": str(self.log_dir),
             "pythonpath": ":".join(self.pythonpath) or None,
             "python_interpreter": self.python,
+            "env_script": self.env_script,
             "sc_cfg": self.sc_cfg,
             "job_dependency": self.dependency,
             "wall_clock_limit": self.runtime_limit_s,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hpo.errors import UsageError
 from hpo.launchers.request import BatchRequest
+from hpo.launchers.site import check_scratch
 from hpo.launchers.slurm import directives
 from hpo.launchers.srun import SrunLauncher
 from hpo.launchers.tls import check_available, dask_environment
@@ -49,6 +50,11 @@ class DaskJob:
         Network interface for Dask (``ib0``); None lets Dask choose.
     resubmit:
         The command that resumes the study, printed when it stops early.
+    setup:
+        Shell lines of the site (``module load ...``) run before any Python.
+    scratch:
+        Node-local directory for Dask's working files, expanded on the node
+        (``$TMPDIR``); None keeps Dask's default (the system's temp dir).
     """
 
     spec: StudySpec
@@ -61,6 +67,8 @@ class DaskJob:
     interface: str | None = None
     env: Sequence[str] = ()
     resubmit: str = ""
+    setup: Sequence[str] = ()
+    scratch: str | None = None
     launcher: SrunLauncher = field(default_factory=SrunLauncher)
 
     @property
@@ -130,6 +138,8 @@ class DaskJob:
             python=q(self.python),
             run_dir=q(str(self.run_dir)),
             pythonpath=q(":".join(self.pythonpath)),
+            setup=_setup_block(self.setup),
+            scratch=_scratch_block(self.scratch),
             environment="\n".join(f"export {k}={q(v)}" for k, v in
                                   (item.split("=", 1) for item in self.env)),
             # Paths under the job's folder, expanded by the script.
@@ -141,3 +151,23 @@ class DaskJob:
             study_args=" ".join(q(a) for a in [str(self.space_file), *self.study_args]),
             resubmit=q(self.resubmit or "hpo submit ... (the same command)"),
         )
+
+
+def _setup_block(lines: Sequence[str]) -> str:
+    """The site's set-up lines, verbatim, outside ``set -u`` (module and
+    activate scripts rarely survive it)."""
+    if not lines:
+        return ""
+    return "\n".join(["# The site's set-up (--setup, the site profile), before any Python starts.",
+                      "set +u", *lines, "set -u"])
+
+
+def _scratch_block(scratch: str | None) -> str:
+    """Point Dask's working files (worker folders, spilled data) at node-local
+    disk; the path is expanded on the node, so ``$TMPDIR`` is the job's own."""
+    if scratch is None:
+        return ""
+    check_scratch(scratch)
+    return "\n".join(["# Dask's working files on node-local disk (--scratch).",
+                      f'export DASK_TEMPORARY_DIRECTORY="{scratch}"',
+                      'mkdir -p "$DASK_TEMPORARY_DIRECTORY"'])

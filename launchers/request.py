@@ -6,7 +6,13 @@ from dataclasses import dataclass
 
 from hpo.errors import UsageError
 
-__all__ = ["BatchRequest"]
+__all__ = ["BatchRequest", "SIGNAL_SLACK_S"]
+
+# SLURM checks time limits about every 30 s, so its warning signal may come
+# up to this much earlier than asked.
+SIGNAL_SLACK_S = 30
+# A stop margin above this share of the walltime is warned about.
+_MARGIN_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,21 @@ class BatchRequest:
             if not option.startswith("-"):
                 raise UsageError(f"--extra {option!r}: not an option.\n"
                                  "  fix: pass it with its dashes, e.g. --extra=--reservation=NAME")
+
+    def warnings(self) -> list[str]:
+        """What is allowed but likely a mistake: a stop margin above a quarter of
+        the walltime leaves the study little time (and SLURM may signal up to
+        ``SIGNAL_SLACK_S`` earlier still)."""
+        walltime, margin = self.time_min * 60, self.stop_before
+        if margin <= walltime * _MARGIN_SHARE:
+            return []
+        given = "--stop-before" if self.stop_before_s is not None else "the default stop margin"
+        earliest = max(0, walltime - margin - SIGNAL_SLACK_S)
+        return [f"hpo: warning: --time {self.time_min} ({walltime} s) with {given} of {margin} s: "
+                f"the study is told to stop {margin} s before the walltime, and SLURM may signal "
+                f"up to {SIGNAL_SLACK_S} s earlier, so it may stop after only {earliest} s.\n"
+                f"  fix: a smaller --stop-before (at most {int(walltime * _MARGIN_SHARE)} s, a "
+                f"quarter of the walltime) or a longer --time"]
 
     @property
     def stop_before(self) -> int:
