@@ -1,7 +1,8 @@
-"""The ``hpo`` command: run, validate, status, export.
+"""hpo: hyperparameter optimisation for HPC clusters (COMPSs, Dask, SLURM).
 
-Bad input exits with status 2 and a message naming the place and the fix; a
-traceback only with ``--debug``.
+Run a study from a JSON search space, follow it, review and export its
+results, and send it to SLURM. Bad input exits with status 2 and a message
+naming the place and the fix; a traceback only with --debug.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import math
 import os
 import select
+import shlex
 import signal
 import sys
 import traceback
@@ -28,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpo`` console script; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # bare `hpo`: what there is to do
+        parser.print_help(sys.stderr)
+        return 2
     # SIGTERM (kill) and SIGUSR1 (what `sbatch --signal` sends before the walltime).
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGUSR1, _terminate)
@@ -101,31 +106,52 @@ def _positive_float(text: str) -> float:
     raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
 
 
+_EPILOG = """\
+first steps:
+  hpo validate search_spaces/digits_quick.json     check a space file, say what it will run
+  hpo run search_spaces/digits_quick.json          run (or resume) it; results in runs/<name>/
+  hpo status runs/digits-quick                     the leaderboard again; --trial N for one trial
+  hpo dashboard runs/digits-quick                  review it in the browser
+
+'hpo COMMAND --help' describes each command."""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hpo", description=__doc__.splitlines()[0])
+    from hpo import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="hpo", description=__doc__.split("\n\n")[0].replace("\n", " "), epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"hpo {__version__}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, parents=[common])
+        return commands.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
+                                   parents=[common], formatter_class=_HelpFormatter)
 
+    algorithms = ", ".join(ALGORITHMS.names)
     run = command("run", help="run or resume a study")
-    run.add_argument("space", help="search space JSON file")
+    run.add_argument("space", help="the search space JSON file (see README: The space file)")
     run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
-                     help="auto: compss under runcompss, else dask (default)")
-    run.add_argument("--scheduler", help="dask: address or scheduler file of a running scheduler")
-    run.add_argument("--workers", type=_positive_int,
-                     help="dask: worker processes of the embedded cluster")
-    run.add_argument("--storage", help="Optuna storage URL instead of the run directory's journal")
-    run.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
-    run.add_argument("--name", help="study name (default: the space's name)")
-    run.add_argument("--objective", help="package.module:function to optimise")
-    run.add_argument("--algorithm", choices=ALGORITHMS.names)
-    run.add_argument("--max-trials", type=_positive_int)
-    run.add_argument("--parallel", type=_positive_int, help="trials in flight at once")
-    run.add_argument("--seed", type=int)
-    run.add_argument("--timeout-s", type=_positive_float,
+                     help="auto: compss under runcompss, else dask")
+    run.add_argument("--scheduler", metavar="ADDRESS_OR_FILE", help="dask: address or scheduler file of a running scheduler")
+    run.add_argument("--workers", type=_positive_int, metavar="N",
+                     help="dask: worker processes of the embedded cluster "
+                          "(default: one per trial slot that fits the machine)")
+    run.add_argument("--storage", metavar="URL", help="Optuna storage URL instead of the run directory's journal")
+    run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent of run directories")
+    run.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
+    run.add_argument("--objective", metavar="MODULE:FUNCTION", help="package.module:function to optimise (default: the space's)")
+    run.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
+                     help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
+    run.add_argument("--max-trials", type=_positive_int, metavar="N",
+                     help="trial budget (default: the space's; a grid's size)")
+    run.add_argument("--parallel", type=_positive_int, metavar="N",
+                     help="trials in flight at once (default: the space's, else every slot)")
+    run.add_argument("--seed", type=int, help="seed of random and Bayesian search (0 to 2**32-1)")
+    run.add_argument("--timeout-s", type=_positive_float, metavar="S",
                      help="wall-clock budget of the study, seconds")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.add_argument("--allow-changes", action="store_true",
@@ -133,24 +159,36 @@ def _parser() -> argparse.ArgumentParser:
                           "changed since the study's first run")
     run.set_defaults(handler=_run)
 
-    validate = command("validate", help="check a space file and print it")
-    validate.add_argument("space")
-    validate.add_argument("--algorithm", choices=ALGORITHMS.names)
+    validate = command("validate", help="check a space file and say what it would run")
+    validate.add_argument("space", help="the search space JSON file")
+    validate.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
+                          help=f"check it as searched by: {algorithms}")
     validate.set_defaults(handler=_validate)
 
-    status = command("status", help="counts by state and the best trial")
-    status.add_argument("run_dir")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status = command("status", help="the leaderboard, counts by state and the best trial")
+    status.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=_positive_int, default=_STATUS_ROWS, metavar="N",
+                       help="leaderboard rows to show")
+    shown.add_argument("--all", action="store_true", help="show every trial")
+    shown.add_argument("--trial", type=int, metavar="N",
+                       help="one trial in full: parameters, reports, events, attempts, "
+                            "the whole traceback and its log")
+    shown.add_argument("--json", action="store_true", help="the summary, machine-readable")
     status.set_defaults(handler=_status)
 
-    export = command("export", help="all trials as CSV or JSON")
-    export.add_argument("run_dir")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export = command("export", help="every trial as CSV or JSON, or the learning curves")
+    export.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
+    export.add_argument("--format", choices=("csv", "json"), default="csv",
+                        help="csv: one row per trial; json: every trial with its reports")
+    export.add_argument("--curves", action="store_true",
+                        help="csv only: the learning curves in long format, one row per "
+                             "trial, step and metric")
     export.add_argument("-o", "--output", help="file to write (default: standard output)")
     export.set_defaults(handler=_export)
 
     repair = command("repair", help="salvage the intact records of a damaged journal")
-    repair.add_argument("run_dir")
+    repair.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
     repair.set_defaults(handler=_repair)
 
     # Review and submission live beside the library, in dashboards/ and launchers/.
@@ -160,6 +198,20 @@ def _parser() -> argparse.ArgumentParser:
     add_review_commands(command)
     add_launch_commands(command)
     return parser
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's default in its help, where it has one worth saying."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
+                and action.option_strings and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
+_STATUS_ROWS = 20  # leaderboard rows of `hpo run` and `hpo status`
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -176,32 +228,41 @@ def _run(args: argparse.Namespace) -> int:
     result = run(spec, engine=engine, scheduler=args.scheduler, workers=args.workers,
                  storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet,
                  allow_changes=args.allow_changes)
-    print(result.table(limit=20))
-    _print_best(result, run_dir)
+    print(result.table(limit=_STATUS_ROWS))
+    _print_summary(result, run_dir)
+    print(f"\nmore: hpo status {shlex.quote(str(run_dir))} (--all, --trial N); "
+          f"hpo dashboard {shlex.quote(str(run_dir))}")
     # Trials ran and none completed: a batch script should notice.
     return 1 if result.trials and result.best is None else 0
 
 
-def _print_best(result, run_dir: Path) -> None:
+def _print_summary(result, run_dir: Path) -> None:
+    from hpo.units import format_number, format_resource_time
+
     counts = ", ".join(f"{n} {s.lower()}" for s, n in result.counts.items() if n)
     print(f"\n{len(result.trials)} trials: {counts or 'none'}")
     if result.stop:
         print(f"stopped early: {result.stop['reason']}")
     failed = [t for t in result.trials if t.state in (TrialStatus.FAILED, TrialStatus.TIMEOUT)]
     if failed:
-        print(f"first failure: trial {failed[0].number}: {failed[0].error}")
+        print(f"first failure: trial {failed[0].number}: {failed[0].error}\n"
+              f"  the whole traceback and the trial's log: "
+              f"hpo status {shlex.quote(str(run_dir))} --trial {failed[0].number}")
     if result.best:
-        print(f"best: trial {result.best.number}, {result.metric}={result.best.value + 0.0:.6g}, "
+        print(f"best: trial {result.best.number}, {result.metric}={format_number(result.best.value, 6)}, "
               f"config {json.dumps(result.best.params)}")
-    print(f"details: hpo status {run_dir}")
+    cost = result.cost
+    print(f"cost: {format_resource_time(cost['core_hours'])}"
+          + (f", {format_resource_time(cost['gpu_hours'], 'GPU')}" if cost["gpu_hours"] else ""))
 
 
 def _validate(args: argparse.Namespace) -> int:
     from hpo.api import prepare
-    from hpo.trial import resolve_objective
+    from hpo.trial import preflight, resolve_objective
 
     spec = prepare(args.space, algorithm=args.algorithm)
-    resolve_objective(spec.objective, spec.source)
+    print(f"hpo: importing the objective {spec.objective} to check it", file=sys.stderr, flush=True)
+    preflight(resolve_objective(spec.objective, spec.source), spec.fixed, spec.source)
     print(spec.describe())
     return 0
 
@@ -209,26 +270,40 @@ def _validate(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from hpo.results import StudyResult
 
+    if args.trial is not None:
+        from hpo.trial_details import trial_details
+
+        print(trial_details(Path(args.run_dir), args.trial))
+        return 0
     result = StudyResult.load(args.run_dir)
     if args.json:
         print(json.dumps(result.summary(), indent=2))
         return 0
-    print(result.table(limit=10))
-    _print_best(result, Path(args.run_dir))
-    cost = result.cost
-    print(f"cost: {cost['core_hours']:.3f} core-hours, {cost['gpu_hours']:.3f} GPU-hours")
+    run_dir = shlex.quote(args.run_dir)
+    print(result.table(limit=None if args.all else args.limit))
+    if not args.all and len(result.trials) > args.limit:
+        print(f"  (the best {args.limit} shown: --all for every trial, --limit N for more)")
+    _print_summary(result, Path(args.run_dir))
     from hpo.launchers.commands import status_lines  # SLURM jobs sent with hpo submit
 
     for line in status_lines(Path(args.run_dir)):
         print(line)
+    print(f"\none trial in full: hpo status {run_dir} --trial N; every trial and its "
+          f"curves: hpo export {run_dir} --format json")
     return 0
 
 
 def _export(args: argparse.Namespace) -> int:
     from hpo.results import StudyResult
 
+    if args.curves and args.format != "csv":
+        raise UsageError("--curves goes with --format csv (JSON holds the curves already, as "
+                         "each trial's \"reports\").\n  fix: drop --curves, or --format json")
     result = StudyResult.load(args.run_dir)
-    text = result.to_csv() if args.format == "csv" else result.to_json()
+    if args.format == "json":
+        text = result.to_json()
+    else:
+        text = result.curves_csv() if args.curves else result.to_csv()
     if args.output:
         try:
             Path(args.output).write_text(text)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import optuna
 
 from hpo.store import RunDir, StudyStore
+from hpo.units import format_number, format_seconds
 from hpo.store.records import (
     ENDED_BY_ATTR, Cost, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
 )
@@ -37,7 +37,8 @@ class TrialRecord:
     core_seconds: float = 0.0  # every attempt; see cost for the parts
     gpu_seconds: float = 0.0
     steps: int = 0
-    error: str | None = None
+    error: str | None = None  # one line: the type and message
+    traceback: str | None = None  # the whole traceback, where the objective raised
     # Decisions (pruned, suspended, resumed, stopped...) and resumable segments,
     # in time order; see EVENT_ATTR and SEGMENT_ATTR.
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -68,7 +69,8 @@ def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict
         started_at=run.get("started_at"), ended_at=run.get("ended_at"),
         duration_s=run.get("duration_s"), core_seconds=cost.core_seconds,
         gpu_seconds=cost.gpu_seconds, steps=steps,
-        error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)), events=events, segments=segments,
+        error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
+        traceback=(run.get("error") or {}).get("traceback"), events=events, segments=segments,
         cost=cost,
     )
 
@@ -93,12 +95,18 @@ class StudyResult:
     direction: str
     trials: list[TrialRecord]
     stop: dict[str, Any] | None = None
+    #: Every trial's reports, ``(step, {metric: value})`` in step order, by trial number.
+    curves: dict[int, list[tuple[int, dict[str, float]]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_store(cls, store: StudyStore, metric: str) -> "StudyResult":
-        trials = [TrialRecord.from_frozen(t) for t in store.trials()]
+        trials, curves = [], {}
+        for frozen in store.trials():
+            reports, events, segments = grouped_attrs(frozen)
+            trials.append(TrialRecord(**record_fields(frozen, len(reports), events, segments)))
+            curves[frozen.number] = reports
         direction = "maximize" if store.maximize else "minimize"
-        return cls(store.name, metric, direction, trials, store.stop())
+        return cls(store.name, metric, direction, trials, store.stop(), curves)
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "StudyResult":
@@ -113,11 +121,28 @@ class StudyResult:
         return ranked[0] if ranked and ranked[0].state is TrialStatus.COMPLETE else None
 
     def ranked(self) -> list[TrialRecord]:
-        """Completed trials best first, then the others by number."""
+        """Completed trials best first; then trials that ended early with a
+        value (stopped, pruned), best first; then those still under way; then
+        those without a result (failed, timed out, cancelled), each by number.
+
+        Only completed trials have a rank (:meth:`rank_of`).
+        """
         sign = -1.0 if self.direction == "maximize" else 1.0
-        complete = [t for t in self.trials if t.state is TrialStatus.COMPLETE]
-        others = [t for t in self.trials if t.state is not TrialStatus.COMPLETE]
-        return sorted(complete, key=lambda t: (sign * t.value, t.number)) + others
+
+        def key(t: TrialRecord) -> tuple:
+            group = _RANK_GROUPS.get(t.state, 3)
+            if group == 1 and t.value is None:
+                group = 3
+            valued = group <= 1 and t.value is not None
+            return group, sign * t.value if valued else 0.0, t.number
+
+        return sorted(self.trials, key=key)
+
+    @staticmethod
+    def rank_of(position: int, trial: TrialRecord) -> int | None:
+        """The rank shown for the trial at ``position`` (0-based) of :meth:`ranked`:
+        completed trials only, since only their values answer the question asked."""
+        return position + 1 if trial.state is TrialStatus.COMPLETE else None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -143,26 +168,45 @@ class StudyResult:
         }
 
     def table(self, limit: int | None = None) -> str:
-        """A plain-text leaderboard, best configuration first."""
+        """A plain-text leaderboard, best configuration first; with ``limit``,
+        its first rows and a last line saying how many were left out."""
         names = sorted({k for t in self.trials for k in t.params})
         header = ["rank", "trial", "state", self.metric, "time_s", *names]
-        rows = [[str(i + 1), str(t.number), t.state.value, _fmt(t.value), _fmt(t.duration_s, 1),
-                 *(_fmt(t.params.get(n)) for n in names)]
+        rows = [[_fmt(self.rank_of(i, t)), str(t.number), t.state.value, _fmt(t.value),
+                 format_seconds(t.duration_s), *(_fmt(t.params.get(n)) for n in names)]
                 for i, t in enumerate(self.ranked()[:limit])]
         widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
                  for row in [header, *rows]]
         lines.insert(1, "  ".join("-" * w for w in widths))
+        if len(rows) < len(self.trials):
+            lines.append(f"... {len(self.trials) - len(rows)} more trials not shown")
         return "\n".join(lines)
 
     def to_json(self) -> str:
-        return json.dumps({**self.summary(), "trials": [t.to_dict() for t in self.ranked()]}, indent=2)
+        """Every trial, best first, with its reports (learning curves) as
+        ``"reports": [{"step": s, "metrics": {...}}]``."""
+        trials = [{**t.to_dict(), "reports": [{"step": step, "metrics": metrics}
+                                              for step, metrics in self.curves.get(t.number, [])]}
+                  for t in self.ranked()]
+        return json.dumps({**self.summary(), "trials": trials}, indent=2)
+
+    def curves_csv(self) -> str:
+        """Learning curves in long format: one row per trial, step and metric."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["number", "state", "step", "metric", "value"])
+        for t in self.ranked():
+            for step, metrics in self.curves.get(t.number, []):
+                for name, value in metrics.items():
+                    writer.writerow([t.number, t.state.value, step, name, value])
+        return out.getvalue()
 
     def to_csv(self) -> str:
         """One row per trial; parameters and metrics in ``params.*`` and
         ``metrics.*`` columns, so their names never clash with the fixed ones."""
         fixed = ["number", "state", "value", "host", "attempt", "started_at", "ended_at",
-                 "duration_s", "core_seconds", "gpu_seconds", "steps", "error"]
+                 "duration_s", "core_seconds", "gpu_seconds", "steps", "error", "traceback"]
         params = sorted({f"params.{k}" for t in self.trials for k in t.params})
         metrics = sorted({f"metrics.{k}" for t in self.trials for k in t.metrics})
         out = io.StringIO()
@@ -176,9 +220,16 @@ class StudyResult:
         return out.getvalue()
 
 
-def _fmt(value: Any, digits: int = 4) -> str:
+# Where a state sorts in the leaderboard (see StudyResult.ranked).
+_RANK_GROUPS = {
+    TrialStatus.COMPLETE: 0, TrialStatus.STOPPED: 1, TrialStatus.PRUNED: 1,
+    TrialStatus.RUNNING: 2, TrialStatus.SUSPENDED: 2, TrialStatus.PENDING: 2,
+}
+
+
+def _fmt(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):  # (+ 0.0 turns -0.0 into 0.0)
-        return f"{value + 0.0:.{digits}g}" if math.isfinite(value) else str(value)
+    if isinstance(value, float):
+        return format_number(value)
     return str(value)

@@ -35,6 +35,7 @@ from hpo.store.records import (
 from hpo.trial._cpus import CpuBinding, bind_cpus, thread_environment
 from hpo.trial._handle import Trial, _StoreLink
 from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
+from hpo.trial._log import trial_log
 from hpo.trial._objective import Objective, resolve_objective
 
 if TYPE_CHECKING:
@@ -318,18 +319,22 @@ def _run_here(task: TrialTask) -> _Result:
     trial = open_trial(task)
     earlier = list(trial.reports)
     result = _Result()
-    try:
-        objective = resolve_objective(task.objective)  # imports TensorFlow, if it uses it
-        with bind_cpus(task.cpus) as binding:
-            result.binding = _binding_record(binding)
-            result.returned = objective(dict(task.config), trial)
-    except runtime_interruptions() as exc:
-        raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
-    except (Exception, SystemExit) as exc:  # user code: recorded, never raised
-        result.error = {
-            "type": type(exc).__name__, "message": str(exc),
-            "traceback": traceback.format_exc(),
-        }
+    header = f"trial {task.number}, pid {os.getpid()}" + (
+        f", from step {earlier[-1][0] + 1}" if earlier else "")
+    with trial_log(task.checkpoint_dir, header) as log:
+        try:
+            objective = resolve_objective(task.objective)  # imports TensorFlow, if it uses it
+            with bind_cpus(task.cpus) as binding:
+                result.binding = _binding_record(binding)
+                result.returned = objective(dict(task.config), trial)
+        except runtime_interruptions() as exc:
+            raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
+        except (Exception, SystemExit) as exc:  # user code: recorded, never raised
+            result.error = {
+                "type": type(exc).__name__, "message": str(exc),
+                "traceback": traceback.format_exc(),
+            }
+            log.write(result.error["traceback"])
     result.stop_reason = trial.stop_reason
     result.metrics = _last_metrics(trial, result.returned)
     new = trial.reports[len(earlier):]

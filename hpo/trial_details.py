@@ -1,0 +1,128 @@
+"""One trial in full, as ``hpo status RUN_DIR --trial N`` prints it.
+
+Everything a person debugging a trial asks for, on one page: the
+configuration, what it reported step by step, the decisions taken about it
+and why, every attempt and segment with where it ran, the whole traceback,
+its checkpoint directory and the end of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from hpo.errors import UsageError
+from hpo.store import RunDir
+from hpo.store.records import ENDED_BY_ATTR, grouped_attrs, run_of
+from hpo.results import TrialRecord, record_fields
+from hpo.trial._log import log_path
+from hpo.units import format_number, format_resource_time, format_seconds
+
+__all__ = ["trial_details"]
+
+LOG_LINES = 40  # the end of the log shown; the path says where the rest is
+
+
+def trial_details(run_dir: Path, number: int) -> str:
+    """The text page of trial ``number`` of the study in ``run_dir``."""
+    run = RunDir(run_dir)
+    store = run.open_store(read_only=True)
+    frozen = {t.number: t for t in store.trials()}
+    if number not in frozen:
+        raise UsageError(f"{run_dir}: no trial {number} (the study has trials 0 to "
+                         f"{len(frozen) - 1}).\n  fix: pick a number from `hpo status {run_dir}`")
+    trial = frozen[number]
+    reports, events, segments = grouped_attrs(trial)
+    record = TrialRecord(**record_fields(trial, len(reports), events, segments))
+    checkpoint = run.checkpoint_dir(number)
+    sections = [
+        _heading(record, trial),
+        _section("parameters", [f"{k} = {json.dumps(v)}" for k, v in sorted(record.params.items())]),
+        _section("last metrics", [f"{k} = {format_number(v, 6)}" for k, v in sorted(record.metrics.items())]),
+        _section(f"reports ({len(reports)} steps)", _report_table(reports)),
+        _section("events", [_event_line(e) for e in events]),
+        _section("attempts", _attempt_lines(run_of(trial))),
+        _section("segments", [_segment_line(s) for s in segments]),
+        _section("error", _error_lines(record, trial)),
+        _section("checkpoint directory", [str(checkpoint)]),
+        _section(f"log ({log_path(checkpoint)})", _log_tail(log_path(checkpoint))),
+    ]
+    return "\n\n".join(s for s in sections if s)
+
+
+def _heading(record: TrialRecord, trial: optuna.trial.FrozenTrial) -> str:
+    value = "-" if record.value is None else format_number(record.value, 6)
+    spent = format_resource_time(record.core_seconds / 3600)
+    if record.gpu_seconds:
+        spent += ", " + format_resource_time(record.gpu_seconds / 3600, "GPU")
+    return (f"trial {record.number}: {record.state.value}, value {value}, "
+            f"{format_seconds(record.duration_s)} s busy, {spent}, attempt {record.attempt or '-'}")
+
+
+def _section(title: str, lines: list[str]) -> str:
+    if not lines:
+        return ""
+    return f"{title}:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _report_table(reports: list[tuple[int, dict[str, float]]]) -> list[str]:
+    names = sorted({k for _, metrics in reports for k in metrics})
+    if not names:
+        return []
+    rows = [["step", *names]] + [[str(step), *(format_number(m[n], 6) if n in m else "-" for n in names)]
+                                 for step, m in reports]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    step = "" if event.get("step") is None else f" at step {event['step']}"
+    return f"{_when(event.get('time'))}  {event.get('kind')}{step}: {event.get('reason', '')}"
+
+
+def _attempt_lines(run: dict[str, Any]) -> list[str]:
+    earlier = [a for a in run.get("previous") or () if isinstance(a, dict)]
+    lines = [_attempt_line(a.get("attempt"), a.get("host"), a.get("pid"), a.get("started_at"),
+                           a.get("ended_at"), a.get("error")) for a in earlier]
+    if run:
+        lines.append(_attempt_line(run.get("attempt"), run.get("host"), run.get("pid"),
+                                   run.get("attempt_started_at", run.get("started_at")),
+                                   run.get("ended_at"), run.get("error")))
+    return lines
+
+
+def _attempt_line(attempt, host, pid, started, ended, error) -> str:
+    outcome = f": {error.get('type')}: {error.get('message')}" if isinstance(error, dict) else ""
+    return f"attempt {attempt}: {host}:{pid}, {_when(started)} to {_when(ended)}{outcome}"
+
+
+def _segment_line(segment: dict[str, Any]) -> str:
+    return (f"segment {segment.get('index')}: steps {segment.get('first_step')}-"
+            f"{segment.get('last_step')} on {segment.get('worker')}, "
+            f"{_when(segment.get('started_at'))} to {_when(segment.get('ended_at'))}, "
+            f"{segment.get('outcome')}")
+
+
+def _error_lines(record: TrialRecord, trial: optuna.trial.FrozenTrial) -> list[str]:
+    if record.traceback:
+        return record.traceback.rstrip().splitlines()
+    if record.error:
+        return [record.error]
+    ended_by = trial.user_attrs.get(ENDED_BY_ATTR)
+    return [f"{ended_by['reason']}: {ended_by['message']}"] if ended_by else []
+
+
+def _log_tail(path: Path) -> list[str]:
+    if not path.is_file():
+        return ["(none: the trial printed nothing, or has not started)"]
+    lines = path.read_text(errors="replace").splitlines()
+    cut = [f"... {len(lines) - LOG_LINES} earlier lines in the file"] if len(lines) > LOG_LINES else []
+    return cut + lines[-LOG_LINES:]

@@ -1,0 +1,63 @@
+"""How numbers read in every output: tables, status lines, the dashboard.
+
+One formatter per kind of quantity, so the CLI and the dashboard never show
+the same figure with two precisions.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["format_number", "format_seconds", "format_resource_time"]
+
+
+def format_number(value: float, digits: int = 4) -> str:
+    """A metric value: ``digits`` significant digits, no exponent between
+    0.001 and 10**digits (``0.9722``, ``17.31``, ``12346``).
+
+    >>> format_number(0.972222), format_number(17.3142), format_number(12345.6), format_number(-0.0)
+    ('0.9722', '17.31', '12346', '0')
+    >>> format_number(3e-7), format_number(float("nan"))
+    ('3e-07', 'nan')
+    """
+    if not math.isfinite(value):
+        return str(value)
+    value += 0.0  # -0.0 reads as 0
+    if 10 ** (digits - 1) <= abs(value) < 10 ** 15:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A duration in seconds for a table cell: ``0.4``, ``17.3``, ``245``, ``-``.
+
+    >>> format_seconds(17.34), format_seconds(245.1), format_seconds(None)
+    ('17.3', '245', '-')
+    """
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f}" if abs(seconds) < 100 else f"{seconds:.0f}"
+
+
+def format_resource_time(hours: float, resource: str = "core") -> str:
+    """Core- or GPU-time in the unit that suits its size, 3 significant digits.
+
+    >>> format_resource_time(0.0153), format_resource_time(2.5, "GPU"), format_resource_time(0.0001)
+    ('55.1 core-seconds', '2.50 GPU-hours', '0.360 core-seconds')
+    >>> format_resource_time(0.2), format_resource_time(0)
+    ('12.0 core-minutes', '0 core-hours')
+    """
+    if hours == 0:
+        return f"0 {resource}-hours"
+    seconds = hours * 3600
+    if seconds < 60:
+        return f"{_three(seconds)} {resource}-seconds"
+    if seconds < 3600:
+        return f"{_three(seconds / 60)} {resource}-minutes"
+    return f"{_three(hours)} {resource}-hours"
+
+
+def _three(value: float) -> str:
+    """Three significant digits, without an exponent."""
+    decimals = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0
+    return f"{value:.{decimals}f}"
