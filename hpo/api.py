@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
 from hpo.store._storage_url import check_storage_url
-from hpo.trial import Objective, reference_of, resolve_objective
+from hpo.trial import Objective, preflight, reference_of, resolve_objective
 
 __all__ = ["run", "prepare"]
 
@@ -30,10 +34,21 @@ def prepare(space: str | os.PathLike | dict | StudySpec, **overrides: Any) -> St
     if isinstance(space, StudySpec):
         spec = space
     elif isinstance(space, dict):
-        spec = parse_spec(space)
+        spec = parse_spec(space, default_name=_name_of(space))
     else:
         spec = load_spec(space)
     return spec.with_overrides(**overrides)
+
+
+def _name_of(space: dict) -> str:
+    """The study name of a space given as a dict without ``"name"``: from its
+    content, so that the same dict resumes its study and another starts its own.
+
+    >>> _name_of({"space": {"x": [1, 2]}}) == _name_of({"space": {"x": [1, 2]}})
+    True
+    """
+    text = json.dumps(space, sort_keys=True, default=repr)
+    return "study-" + hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def run(
@@ -62,6 +77,7 @@ def run(
     ----------
     space:
         A space file path, a dict in the same format, or a parsed StudySpec.
+        A dict without ``"name"`` is named from its content (``study-1a2b3c4d``).
     objective:
         ``train(config, trial)`` as a callable or as ``"package.module:function"``;
         defaults to the space's ``"objective"``. A callable defined in a notebook
@@ -104,7 +120,12 @@ def run(
     spec = prepare(space, algorithm=algorithm, max_trials=max_trials, parallel=parallel,
                    seed=seed, timeout_s=timeout_s, name=name,
                    objective=objective if isinstance(objective, str) else None)
-    resolve_objective(objective or spec.objective, spec.source)  # fail before any task starts
+    say = _Say(progress)
+    if not callable(objective):
+        say(f"importing the objective {objective or spec.objective} to check it")
+    # Fail before any task starts: an objective that cannot be found, or that
+    # can tell no trial would run (its data missing), stops the study once here.
+    preflight(resolve_objective(objective or spec.objective, spec.source), spec.fixed, spec.source)
     # Everything is checked before anything is recorded: a refused run leaves
     # the run directory as it was (or absent).
     run_dir = RunDir(Path(runs_dir) / spec.name)
@@ -115,7 +136,10 @@ def run(
         check_storage_url(storage)
     try:
         chosen = _engine(engine, spec, scheduler, workers)
+        say(f"starting the {chosen.name} engine")
         with run_dir.lease(), chosen:  # one master per study; the engine reachable
+            say(f"{chosen.name} engine ready: {chosen.slots} trial slots; the first results "
+                "come as the first trials end")
             storage_url = run_dir.create(record, storage, allow_changes)
             controller = Controller(spec, run_dir, storage_url, chosen,
                                     objective=objective if callable(objective) else None,
@@ -123,6 +147,17 @@ def run(
             return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
+
+
+class _Say:
+    """One line on stderr per step of the start, so a slow one is not a silent one."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self._started = enabled, time.monotonic()
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            print(f"hpo: {text} ({time.monotonic() - self._started:.1f} s)", file=sys.stderr, flush=True)
 
 
 def _engine(engine: str | Engine, spec: StudySpec, scheduler: str | None,

@@ -86,7 +86,8 @@ class Controller:
         parallel = min(self.spec.search.parallel or self.engine.slots, self.engine.slots)
         # Segmented policies choose when a slot frees, so nothing is queued ahead.
         window = parallel + (0 if self._policy else self._queued(parallel))
-        progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress)
+        progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
+                                slots=parallel)
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(store)
@@ -94,7 +95,6 @@ class Controller:
         # Trials an earlier run left suspended or lost go on first, from their checkpoints.
         leftovers = {w.number: w for w in map(self._waiting, lifecycle.unfinished(store))}
         waiting: dict[int, Waiting] = {}
-        progress.update(*tally.line(0))
         while True:
             while not stopping and len(self._in_flight) < window:
                 opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers)
@@ -106,6 +106,7 @@ class Controller:
                     self._resume(store, waiting)
                 else:
                     break
+            progress.update(*tally.line(len(self._in_flight)))  # what was just submitted
             if not self._in_flight:
                 break
             for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):

@@ -10,18 +10,21 @@ import sys
 import time
 from typing import TextIO
 
+from hpo.units import format_number
+
 __all__ = ["ProgressLine"]
 
 
 class ProgressLine:
-    """``[#####.....] 5/12 done | 3 in flight | 0 failed | best val_accuracy=0.97 (#3) | 0:41``
+    """``[#####.....] 5/12 done | 2 running, 1 queued | 0 failed | best val_accuracy=0.97 (#3) | 0:41``
 
-    In flight: running, or prepared and queued in the engine.
+    Running: trials in the engine's slots (at most ``parallel``); queued:
+    prepared and waiting in the engine for a slot to free.
     """
 
     def __init__(self, total: int, metric: str, stream: TextIO | None = None,
-                 enabled: bool = True, width: int = 20) -> None:
-        self.total, self.metric, self.width = total, metric, width
+                 enabled: bool = True, width: int = 20, slots: int | None = None) -> None:
+        self.total, self.metric, self.width, self.slots = total, metric, width, slots
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self._live = enabled and self.stream.isatty()
@@ -29,11 +32,12 @@ class ProgressLine:
         self._last = ""
         self._done = -1
 
-    def update(self, done: int, running: int, failed: int,
+    def update(self, done: int, in_flight: int, failed: int,
                best: tuple[int, float] | None) -> None:
+        """Redraw with ``in_flight`` trials submitted and not finished."""
         if not self.enabled:
             return
-        line = self._render(done, running, failed, best)
+        line = self._render(done, in_flight, failed, best)
         if line == self._last or (not self._live and done == self._done):
             return  # a log file gets one line per finished trial
         self._last, self._done = line, done
@@ -45,10 +49,12 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
 
-    def _render(self, done: int, running: int, failed: int, best: tuple[int, float] | None) -> str:
+    def _render(self, done: int, in_flight: int, failed: int, best: tuple[int, float] | None) -> str:
         filled = int(self.width * done / self.total) if self.total else self.width
         bar = "#" * filled + "." * (self.width - filled)
         elapsed = int(time.monotonic() - self._started)
-        best_text = f"best {self.metric}={best[1]:.4g} (#{best[0]})" if best else "best -"
-        return (f"[{bar}] {done}/{self.total} done | {running} in flight | {failed} failed | "
+        best_text = f"best {self.metric}={format_number(best[1])} (#{best[0]})" if best else "best -"
+        running = min(in_flight, self.slots) if self.slots else in_flight
+        queued = f", {in_flight - running} queued" if in_flight > running else ""
+        return (f"[{bar}] {done}/{self.total} done | {running} running{queued} | {failed} failed | "
                 f"{best_text} | {elapsed // 60}:{elapsed % 60:02d}")

@@ -22,8 +22,19 @@ def test_log_gets_one_line_per_finished_trial():
     line.close()
     lines = log.getvalue().splitlines()
     assert len(lines) == 3
-    assert lines[-1].startswith("[##########..........] 2/4 done | 2 in flight | 1 failed")
+    assert lines[-1].startswith("[##########..........] 2/4 done | 2 running | 1 failed")
     assert "best val_accuracy=0.5 (#0)" in lines[-1]
+
+
+def test_running_and_queued_are_told_apart():
+    """Trials prepared ahead wait in the engine: they are queued, not running."""
+    log = io.StringIO()
+    line = ProgressLine(12, "val_accuracy", stream=log, slots=2)
+    line.update(0, 3, 0, None)
+    line.update(1, 2, 0, (0, 17.3142))
+    first, second = log.getvalue().splitlines()
+    assert "| 2 running, 1 queued |" in first
+    assert "| 2 running |" in second and "best val_accuracy=17.31 (#0)" in second
 
 
 def test_terminal_line_is_redrawn_in_place():

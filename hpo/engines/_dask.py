@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hpo.engines._base import Engine
 from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
+from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
 from hpo.trial import TrialTask, run_trial
 
@@ -69,6 +70,7 @@ class DaskEngine(Engine):
         self._done: queue.Queue = queue.Queue()
         if scheduler is None:  # the embedded cluster runs on this machine
             refuse_beyond_this_machine(cpus, gpus, _REMOTE_FIX)
+            refuse_unguarded_main()  # its worker processes import the main script again
 
     def start(self) -> None:
         from distributed import Client
@@ -188,6 +190,9 @@ class DaskEngine(Engine):
                 logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
             self.client.close()
         if self._cluster is not None:
+            # Our own workers, idle now: a nanny that ends one slow to exit (TensorFlow's
+            # threads) says so as a warning after every run; nothing is lost by it.
+            logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
 

@@ -78,9 +78,11 @@ class RunDir:
 
     def _changed_message(self, name: str, key: str, before: Any, now: Any) -> str:
         shown = "" if key == "space" else f" ({_short(before)} there, {_short(now)} now)"
-        fix = f"give the study another \"name\" (--name), pass --runs-dir, or remove {self.path}"
+        fix = (f"give the study another name (\"name\" in the space, `hpo run --name`, "
+               f"hpo.run(name=...)) or another runs directory (--runs-dir, runs_dir=), "
+               f"or remove {self.path}")
         if key != "metric.direction":  # the store ranks trials by its first direction for good
-            fix += "; or pass --allow-changes (hpo.run(..., allow_changes=True)) to continue anyway"
+            fix += "; or continue anyway: `hpo run --allow-changes`, hpo.run(allow_changes=True)"
         return (f"{self.path} already holds study {name!r} with a different \"{key}\"{shown}; "
                 f"resuming would mix results.\n  fix: {fix}")
 
