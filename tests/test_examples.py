@@ -155,8 +155,22 @@ def test_mnist_bad_magic_and_truncation(tmp_path):
         _data.read_idx_images(tmp_path / "x.gz")
 
 
+def test_mnist_found_in_debians_directory_without_a_variable(tmp_path, monkeypatch):
+    """Where dataset-fashion-mnist is installed, nothing needs setting."""
+    monkeypatch.delenv("HPO_MNIST_PATH", raising=False)
+    written = _write_idx(tmp_path)
+    monkeypatch.setattr(_data, "MNIST_DEFAULT_DIRS", (tmp_path / "absent", tmp_path))
+    assert _data.locate_mnist() == tmp_path.resolve()
+    (x_tr, _), _ = _data.load_mnist()
+    np.testing.assert_array_equal(x_tr, written["train"][0])
+    monkeypatch.setenv("HPO_MNIST_PATH", str(tmp_path / "elsewhere"))  # a variable still wins
+    with pytest.raises(FileNotFoundError, match="elsewhere"):
+        _data.locate_mnist()
+
+
 def test_mnist_missing_path_says_where_and_how(tmp_path, monkeypatch):
     monkeypatch.delenv("HPO_MNIST_PATH", raising=False)
+    monkeypatch.setattr(_data, "MNIST_DEFAULT_DIRS", ())  # as on a machine without the package
     with pytest.raises(FileNotFoundError) as err:
         _data.load_mnist()
     message = str(err.value)

@@ -4,7 +4,8 @@
   [0, 1], with a fixed stratified split so every trial sees the same data.
 * :func:`load_mnist` -- MNIST-format data (MNIST, Fashion-MNIST) from IDX
   files or a keras-style ``mnist.npz``; the path comes from the argument or
-  the environment variable ``HPO_MNIST_PATH``.
+  the environment variable ``HPO_MNIST_PATH``, else Debian's
+  ``dataset-fashion-mnist`` where it is installed.
 * :func:`load_cifar10` -- CIFAR-10 from the python-version
   ``cifar-10-batches-py`` directory or an ``.npz``; the path comes from the
   argument or ``HPO_CIFAR10_PATH``.
@@ -31,6 +32,8 @@ __all__ = [
     "load_digits_split",
     "load_mnist",
     "load_cifar10",
+    "locate_mnist",
+    "locate_cifar10",
     "read_idx_images",
     "read_idx_labels",
     "subsample",
@@ -44,6 +47,9 @@ MNIST_FILES = (
     "t10k-images-idx3-ubyte.gz",
     "t10k-labels-idx1-ubyte.gz",
 )
+#: Where to look when neither the config nor the environment names the data:
+#: Debian's ``dataset-fashion-mnist`` package installs Fashion-MNIST here.
+MNIST_DEFAULT_DIRS = (Path("/usr/share/datasets/fashion-mnist"),)
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 
@@ -134,10 +140,14 @@ def _mnist_help(where: str) -> str:
     )
 
 
-def _resolve(path: str | os.PathLike | None, env: str, help_fn) -> Path:
+def _resolve(path: str | os.PathLike | None, env: str, help_fn,
+             defaults: tuple[Path, ...] = ()) -> Path:
     if path is None or str(path) == "":
         path = os.environ.get(env) or None
         if path is None:
+            found = next((d for d in defaults if d.is_dir()), None)
+            if found is not None:
+                return found.resolve()
             raise FileNotFoundError(
                 help_fn(f'no path given (config "data_path" is unset and so is ${env})')
             )
@@ -182,8 +192,21 @@ def load_mnist(path: str | os.PathLike | None = None) -> Split:
     :class:`FileNotFoundError` saying where it looked and how to get the data,
     and :class:`ValueError` for a file that is not what it should be.
     """
-    resolved = _resolve(path, MNIST_ENV, _mnist_help)
+    resolved = locate_mnist(path)
     return _load_mnist_cached(str(resolved), _fingerprint(resolved))
+
+
+def locate_mnist(path: str | os.PathLike | None = None) -> Path:
+    """Where :func:`load_mnist` would read, checked without reading it: the
+    directory holding the four files (or an ``mnist.npz``), or the ``.npz``.
+    Raises :class:`FileNotFoundError` as :func:`load_mnist` does."""
+    resolved = _resolve(path, MNIST_ENV, _mnist_help, MNIST_DEFAULT_DIRS)
+    if resolved.is_dir():
+        missing = [name for name in MNIST_FILES if _find_mnist_file(resolved, name) is None]
+        if missing and not (resolved / "mnist.npz").is_file():
+            raise FileNotFoundError(
+                _mnist_help(f"{resolved} lacks {', '.join(missing)} (or the same without .gz)"))
+    return resolved
 
 
 @functools.lru_cache(maxsize=2)
@@ -191,13 +214,8 @@ def _load_mnist_cached(path: str, _key: tuple) -> Split:
     p = Path(path)
     if p.is_dir():
         found = {name: _find_mnist_file(p, name) for name in MNIST_FILES}
-        missing = [name for name, f in found.items() if f is None]
-        if missing and (p / "mnist.npz").is_file():
+        if any(f is None for f in found.values()):  # locate_mnist found the .npz
             return _load_npz(p / "mnist.npz", image_ndim=3)
-        if missing:
-            raise FileNotFoundError(
-                _mnist_help(f"{p} lacks {', '.join(missing)} (or the same without .gz)")
-            )
         x_tr = read_idx_images(found[MNIST_FILES[0]])
         y_tr = read_idx_labels(found[MNIST_FILES[1]])
         x_te = read_idx_images(found[MNIST_FILES[2]])
@@ -280,8 +298,20 @@ def load_cifar10(path: str | os.PathLike | None = None) -> Split:
     ``x_train`` (N, 32, 32, 3), ``y_train``, ``x_test``, ``y_test``. Images are
     uint8 of shape (N, 32, 32, 3), labels uint8 of shape (N,).
     """
-    resolved = _resolve(path, CIFAR10_ENV, _cifar_help)
+    resolved = locate_cifar10(path)
     return _load_cifar_cached(str(resolved), _fingerprint(resolved))
+
+
+def locate_cifar10(path: str | os.PathLike | None = None) -> Path:
+    """Where :func:`load_cifar10` would read, checked without reading it.
+    Raises :class:`FileNotFoundError` as :func:`load_cifar10` does."""
+    resolved = _resolve(path, CIFAR10_ENV, _cifar_help)
+    if resolved.is_dir():
+        batches = resolved / CIFAR10_DIR if (resolved / CIFAR10_DIR).is_dir() else resolved
+        missing = [name for name in CIFAR10_FILES if not (batches / name).is_file()]
+        if missing:
+            raise FileNotFoundError(_cifar_help(f"{batches} lacks {', '.join(missing)}"))
+    return resolved
 
 
 @functools.lru_cache(maxsize=2)

@@ -28,10 +28,10 @@ from typing import Any  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hpo.examples._data import load_cifar10, subsample  # noqa: E402
+from hpo.examples._data import load_cifar10, locate_cifar10, subsample  # noqa: E402
 from hpo.examples._training import epochs_from, fit  # noqa: E402
 
-__all__ = ["train", "build_model", "load_data"]
+__all__ = ["train", "build_model", "load_data", "check_data"]
 
 
 def load_data(config: dict[str, Any]):
@@ -77,3 +77,12 @@ def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
     return fit(build_model(), load_data(config), trial, optimizer=optimizer,
                learning_rate=learning_rate, epochs=epochs_from(config, 10),
                batch_size=config.get("batch_size", 32))
+
+
+def check_data(fixed: dict[str, Any]) -> None:
+    """Before the study: the data is where the trials will look (raises
+    FileNotFoundError saying how to get it). ``fixed``: the study's fixed values."""
+    locate_cifar10(fixed.get("data_path"))
+
+
+train.preflight = check_data

@@ -4,8 +4,10 @@ Data is MNIST-format (MNIST or Fashion-MNIST) read from local files, never
 downloaded: ``config["data_path"]`` or ``$HPO_MNIST_PATH`` names a directory
 of the four IDX files (``train-images-idx3-ubyte.gz`` ...) or a keras-style
 ``mnist.npz``. On Debian, ``apt-get install dataset-fashion-mnist`` puts
-Fashion-MNIST in ``/usr/share/datasets/fashion-mnist``. The t10k set is the
-validation set.
+Fashion-MNIST in ``/usr/share/datasets/fashion-mnist``, used when neither is
+set. The t10k set is the validation set. Both objectives check that the data
+is there before the study starts (``preflight``), so a missing data set is
+one error, not one failed trial per configuration.
 
 Config keys: ``optimizer`` ("Adam", "SGD", "RMSprop", any case; default
 "Adam"), ``num_epochs`` (5), ``batch_size`` (128), ``learning_rate``
@@ -29,10 +31,10 @@ from typing import Any  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hpo.examples._data import load_mnist, subsample  # noqa: E402
+from hpo.examples._data import load_mnist, locate_mnist, subsample  # noqa: E402
 from hpo.examples._training import epochs_from, fit  # noqa: E402
 
-__all__ = ["train", "train_cnn", "build_mlp", "build_cnn", "load_data"]
+__all__ = ["train", "train_cnn", "build_mlp", "build_cnn", "load_data", "check_data"]
 
 
 def load_data(config: dict[str, Any], channels: bool = False):
@@ -101,3 +103,12 @@ def train_cnn(config: dict[str, Any], trial: Any) -> dict[str, float]:
     keras.utils.set_random_seed(int(config.get("seed", 0)))
     data = load_data(config, channels=True)
     return _fit(build_cnn(data[0][0].shape[1:]), config, trial, data)
+
+
+def check_data(fixed: dict[str, Any]) -> None:
+    """Before the study: the data is where the trials will look (raises
+    FileNotFoundError saying how to get it). ``fixed``: the study's fixed values."""
+    locate_mnist(fixed.get("data_path"))
+
+
+train.preflight = train_cnn.preflight = check_data

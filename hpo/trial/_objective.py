@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from hpo.errors import SpaceError
+from hpo.errors import SpaceError, UsageError
 
 Objective = Callable[[dict, Any], Any]
 
@@ -55,3 +55,22 @@ def reference_of(objective: str | Objective) -> str:
     if isinstance(objective, str):
         return objective
     return f"{objective.__module__}:{getattr(objective, '__qualname__', repr(objective))}"
+
+
+def preflight(objective: Objective, fixed: dict[str, Any], source: str = "<objective>") -> None:
+    """Run the objective's own check before any trial starts, where it has one.
+
+    An objective may carry ``train.preflight = check``: ``check(fixed)``
+    receives the study's fixed values and raises (``FileNotFoundError``,
+    ``ValueError``...) when no trial could run, e.g. its data is missing. The
+    study then stops once, before any task, with that message (exit 2),
+    instead of failing every trial with it.
+    """
+    check = getattr(objective, "preflight", None)
+    if not callable(check):
+        return
+    try:
+        check(dict(fixed))
+    except (Exception, SystemExit) as exc:
+        raise UsageError(f"{source}: the objective {reference_of(objective)} cannot run: "
+                         f"{_error_text(exc)}") from None
