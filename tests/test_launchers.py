@@ -32,7 +32,14 @@ ENQUEUE_FLAGS = {"--num_nodes", "--exec_time", "--qos", "--queue", "--project_na
                  "--cpus_per_node", "--gpus_per_node", "--worker_in_master_cpus",
                  "--worker_in_master_memory", "--worker_working_dir", "--master_working_dir",
                  "--log_dir", "--job_dependency", "--sc_cfg", "--pythonpath", "--node_memory",
-                 "--python_interpreter", "--wall_clock_limit"}
+                 "--python_interpreter", "--wall_clock_limit", "--env_script"}
+
+
+@pytest.fixture(autouse=True)
+def no_user_site(monkeypatch, tmp_path):
+    """No site profile of the machine's user leaks into the scripts (test_submit_site.py)."""
+    monkeypatch.delenv("HPO_SITE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
 
 
 @pytest.fixture
