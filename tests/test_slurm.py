@@ -152,6 +152,56 @@ def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
     assert_nothing_left(run_dir)
 
 
+# An objective beside its space file that writes down what its trial sees:
+# the site's set-up and the folder of the Dask worker running it.
+SITE_PROBE = """
+import json
+import os
+from pathlib import Path
+
+def train(config, trial):
+    from distributed import get_worker
+    seen = {"mark": os.environ.get("HPO_SITE_MARK"), "sourced": os.environ.get("HPO_SOURCED"),
+            "local_directory": get_worker().local_directory}
+    Path(__file__).with_name(f"seen-{config['x']}.json").write_text(json.dumps(seen))
+    return {"value": float(config["x"])}
+"""
+
+
+def test_site_setup_reaches_the_trials_and_dask_works_on_scratch(cluster, tmp_path):
+    """A site profile's set-up lines (an export, a sourced file) run before the
+    job's Python, so every trial sees them; Dask's workers keep their files
+    in the profile's scratch folder, a path expanded on the node. The
+    objective sits beside the space file, submitted from another directory
+    with no PYTHONPATH: the job finds it, as the submission's check did."""
+    study, elsewhere, scratch = tmp_path / "study", tmp_path / "elsewhere", tmp_path / "node-local"
+    study.mkdir(), elsewhere.mkdir()
+    (study / "site_probe.py").write_text(SITE_PROBE)
+    (study / "env.sh").write_text("export HPO_SOURCED=yes\n")
+    site = study / "site.toml"
+    site.write_text(f'setup = ["export HPO_SITE_MARK=site-ok", "source {study}/env.sh", '
+                    f'"export NODE_DISK={scratch}"]\nscratch = "$NODE_DISK/dask"\n')
+    space = study / "site-slurm.json"
+    space.write_text(json.dumps(toy_space("site-slurm", "site_probe:train", space={"x": [0, 1]})))
+    env = {k: v for k, v in cluster.env.items() if k not in ("PYTHONPATH", "HPO_SITE")}
+    proc = subprocess.run([sys.executable, "-m", "hpo", "submit", str(space), "--interface", "lo",
+                           "--time", "5", "--site", str(site)], cwd=elsewhere, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run_dir = elsewhere / "runs" / "site-slurm"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    wait_gone(cluster, job_id, timeout=180)
+    [job] = job_info(cluster, run_dir)
+    assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0", output(job)
+    seen = [json.loads(p.read_text()) for p in sorted(study.glob("seen-*.json"))]
+    assert len(seen) == 2, output(job)
+    for trial in seen:
+        assert (trial["mark"], trial["sourced"]) == ("site-ok", "yes"), trial
+        assert trial["local_directory"].startswith(str(scratch / "dask") + "/"), trial
+    assert (scratch / "dask" / "dask-scratch-space").is_dir()
+    assert_nothing_left(run_dir)
+
+
 # An objective that checkpoints after every step and logs each step it does,
 # so that a step lost or done twice shows in the log.
 CHECKPOINTED = """
