@@ -15,7 +15,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
-from hpo.dashboards import leaderboard
+from hpo.dashboards import leaderboard, trial_page
 from hpo.dashboards.data import StoreReader
 from hpo.dashboards.views import VIEWS, summary
 
@@ -39,6 +39,9 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": 13, "padding": "3px 8px",
                     "maxWidth": 360, "overflow": "hidden", "textOverflow": "ellipsis"},
         style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
+        # The full error on hover (the cell is cut); the whole traceback is on the trial page.
+        tooltip_data=[], tooltip_duration=None, tooltip_delay=300,
+        css=_TABLE_CSS,
         style_data_conditional=[
             {"if": {"filter_query": f'{{state}} = "{state}"', "column_id": "state"},
              "color": colour} for state, colour in (("FAILED", "#d62728"), ("TIMEOUT", "#9467bd"),
@@ -48,10 +51,16 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
     # and arrives with its figure (no hidden graphs waiting for an update).
     tabs = [dcc.Tab(label="Leaderboard", value="leaderboard")]
     tabs += [dcc.Tab(label=v.label, value=v.key) for v in VIEWS]
+    tabs.append(dcc.Tab(label="Trial", value="trial"))
     board = html.Div(id="board", children=[
         html.P("Every trial, best first. Click a header to sort (shift-click for several), "
-               "type in the row under it to filter (e.g. > 0.9, adam, FAILED).", className="what"),
+               "type in the row under it to filter (e.g. > 0.9, adam, FAILED); click a row to "
+               "open its trial.", className="what"),
+        html.Div(id="filter-message", role="alert", style={"color": "#d62728", "minHeight": "1.2em"}),
         table])
+    picker = html.Div(id="trial-picker", style={"display": "none", "margin": "0.6em 0"}, children=[
+        html.Label(["Trial number ", dcc.Input(id="trial-number", type="number", min=0, step=1,
+                                               debounce=True, style={"width": "7em"})])])
     app.layout = html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 1em"}, children=[
         html.H2(f"hpo: {snap.name}", style={"marginBottom": "0.2em"}),
         html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
@@ -59,6 +68,7 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         dcc.Store(id="version"),
         dcc.Tabs(id="tabs", value="leaderboard", children=tabs),
         board,
+        picker,
         dcc.Loading(html.Div(id="view"), delay_show=300),
     ])
     _wire(app, reader)
@@ -74,18 +84,30 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         return (dash.no_update if snap.version == known else snap.version), text
 
     @app.callback(Output("view", "children"), Output("board", "style"),
-                  Input("tabs", "value"), Input("version", "data"))
-    def _show(tab: str, _: Any):
+                  Output("trial-picker", "style"),
+                  Input("tabs", "value"), Input("version", "data"), Input("trial-number", "value"))
+    def _show(tab: str, _: Any, number: int | None):
+        hidden, shown = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
+        if tab == "trial":
+            return trial_page.page(reader.snapshot(), number), hidden, shown
         view = next((v for v in VIEWS if v.key == tab), None)
         if view is None:
-            return [], {"display": "block"}
+            return [], {"display": "block"}, hidden
         figure = view.figure(reader.snapshot())  # memoised per snapshot: tab switches are cheap
         return [html.P(view.what, className="what"),
                 dcc.Graph(id=f"graph-{view.key}", figure=figure, config=_GRAPH_CONFIG)], \
-            {"display": "none"}
+            hidden, hidden
+
+    @app.callback(Output("tabs", "value"), Output("trial-number", "value"),
+                  Input("leaderboard", "active_cell"), prevent_initial_call=True)
+    def _open_trial(cell: dict | None):
+        if not cell or cell.get("row_id") is None:
+            return dash.no_update, dash.no_update
+        return "trial", int(cell["row_id"])
 
     @app.callback(Output("leaderboard", "data"), Output("leaderboard", "page_count"),
-                  Output("leaderboard", "columns"),
+                  Output("leaderboard", "columns"), Output("leaderboard", "tooltip_data"),
+                  Output("filter-message", "children"),
                   Input("leaderboard", "page_current"), Input("leaderboard", "page_size"),
                   Input("leaderboard", "sort_by"), Input("leaderboard", "filter_query"),
                   Input("version", "data"))
@@ -93,13 +115,28 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
               _: Any):
         snap = reader.snapshot()
         size = size or PAGE_SIZE
+        message = ""
         try:
             selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query)
-        except ValueError:
-            selected = []  # a filter the table cannot apply shows nothing, as native filtering does
+        except ValueError as exc:
+            # Say why rather than show an empty table; the rows stay unfiltered.
+            selected = leaderboard.query(leaderboard.rows(snap), sort_by, "")
+            message = f"{exc}; showing every trial."
         page = page or 0
         pages = max(1, -(-len(selected) // size))
-        return (selected[page * size:(page + 1) * size], pages, list(leaderboard.columns(snap)))
+        shown = selected[page * size:(page + 1) * size]
+        return (shown, pages, list(leaderboard.columns(snap)), leaderboard.tooltips(snap, shown),
+                message)
+
+
+# Sort arrows after the header's name, on its side of a right-aligned column
+# (before it, each arrow seemed to belong to the column on its left).
+_TABLE_CSS = [
+    {"selector": "th.dash-header > div", "rule": "display: flex; flex-direction: row-reverse; "
+                                                 "justify-content: flex-end; gap: 0.3em;"},
+    {"selector": "th.dash-header[data-dash-column] .column-header-name", "rule": "flex: 0 1 auto;"},
+    {"selector": "td.dash-cell", "rule": "cursor: pointer;"},
+]
 
 
 def warm_up() -> None:

@@ -7,6 +7,8 @@ commands stay quick to start.
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +19,8 @@ from hpo.errors import UsageError
 __all__ = ["add_commands"]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_PORT = 8050
+_PORTS_TRIED = 20
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -25,20 +29,22 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     dashboard.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
     dashboard.add_argument("--host", default="127.0.0.1",
                            help="address to listen on (default 127.0.0.1: this machine only)")
-    dashboard.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    dashboard.add_argument("--port", type=int, default=None,
+                           help=f"port (default {DEFAULT_PORT}, or the next free one when it is taken)")
     dashboard.add_argument("--refresh-s", type=float, default=5.0,
                            help="how often the page checks the store for news (default 5)")
     dashboard.set_defaults(handler=_dashboard)
 
     report = command("report", help="every dashboard view in one self-contained HTML file")
     report.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
-    report.add_argument("-o", "--output", default="report.html",
-                        help="HTML file to write (default report.html)")
+    report.add_argument("-o", "--output", default=None,
+                        help="HTML file to write (default RUN_DIR/report.html)")
+    report.add_argument("--force", action="store_true", help="overwrite an existing output file")
     report.set_defaults(handler=_report)
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    if not 0 < args.port < 65536:
+    if args.port is not None and not 0 < args.port < 65536:
         raise UsageError(f"--port {args.port}: not a port.\n  fix: pass a number from 1 to 65535")
     if args.refresh_s <= 0:
         raise UsageError(f"--refresh-s {args.refresh_s}: must be positive.\n  fix: e.g. --refresh-s 5")
@@ -53,11 +59,44 @@ def _dashboard(args: argparse.Namespace) -> int:
     if args.host not in _LOOPBACK:
         print(f"hpo dashboard: listening on {args.host}: anyone who can reach this port sees the "
               "study (there is no login); prefer an SSH tunnel to 127.0.0.1", file=sys.stderr)
+    port = _port(args.host, args.port)
     app = make_app(reader, refresh_s=args.refresh_s)
-    print(f"hpo dashboard: open http://{_url_host(args.host)}:{args.port}/ (Ctrl-C to stop)",
+    print(f"hpo dashboard: open http://{_url_host(args.host)}:{port}/ (Ctrl-C to stop)",
           file=sys.stderr, flush=True)
-    serve(app, args.host, args.port)
+    serve(app, args.host, port)
     return 0
+
+
+def _port(host: str, asked: int | None) -> int:
+    """The port to serve on, checked free before its URL is printed: the one
+    asked for, else the first free one from DEFAULT_PORT on."""
+    if asked is not None:
+        if not _free(host, asked):
+            raise UsageError(f"--port {asked}: already in use on {host} (another dashboard or "
+                             "server listens there).\n  fix: pass another --port, or leave --port out "
+                             "to take a free one")
+        return asked
+    for port in range(DEFAULT_PORT, DEFAULT_PORT + _PORTS_TRIED):
+        if _free(host, port):
+            return port
+    raise UsageError(f"ports {DEFAULT_PORT}-{DEFAULT_PORT + _PORTS_TRIED - 1} are all in use on "
+                     f"{host}.\n  fix: pass a free --port")
+
+
+def _free(host: str, port: int) -> bool:
+    """Whether ``port`` can be listened on now (the server binds it moments later)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As the server does: a port left in TIME_WAIT by a previous run is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise UsageError(f"--host {host}: cannot listen there ({exc.strerror}).\n"
+                             "  fix: pass an address of this machine, e.g. --host 127.0.0.1") from None
+    return True
 
 
 def _url_host(host: str) -> str:
@@ -67,9 +106,12 @@ def _url_host(host: str) -> str:
 def _report(args: argparse.Namespace) -> int:
     from hpo.dashboards.report import write_report
 
-    output = Path(args.output)
+    output = Path(args.output) if args.output else Path(args.run_dir) / "report.html"
     if output.is_dir():
         raise UsageError(f"-o {output}: is a directory.\n  fix: name a file, e.g. -o {output / 'report.html'}")
+    if output.exists() and not args.force:
+        raise UsageError(f"{output}: already exists; hpo report does not overwrite it.\n"
+                         "  fix: pass --force to replace it, or -o another file")
     written = write_report(args.run_dir, output)
     print(f"hpo report: wrote {written} ({written.stat().st_size / 1e6:.1f} MB); open it in any "
           "browser, no network needed", file=sys.stderr)

@@ -40,6 +40,8 @@ class TrialView(TrialRecord):
     gpus: int = 0
     previous: tuple[dict[str, Any], ...] = ()
     reports: tuple[tuple[int, dict[str, float]], ...] = ()
+    stop_reason: str | None = None
+    attempt_started_at: float | None = None
     # The parameters' Optuna distributions (shared with the storage), for the
     # importance evaluators.
     distributions: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -55,6 +57,8 @@ class TrialView(TrialRecord):
             gpus=len(gpus) if isinstance(gpus, list) else int(gpus or 0),
             previous=tuple(p for p in run.get("previous") or () if isinstance(p, dict)),
             reports=tuple(reports), distributions=trial.distributions,
+            stop_reason=run.get("stop_reason"),
+            attempt_started_at=run.get("attempt_started_at"),
         )
 
     @property
@@ -95,6 +99,10 @@ class Snapshot:
     @cached_property
     def ranked(self) -> list[TrialView]:
         return self.result.ranked()  # type: ignore[return-value]
+
+    @cached_property
+    def by_number(self) -> dict[int, TrialView]:
+        return {t.number: t for t in self.trials}
 
     @property
     def maximize(self) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Sequence
 from numbers import Real
 from typing import Any
@@ -20,16 +19,18 @@ import numpy as np
 import plotly.graph_objects as go
 
 from hpo.dashboards.data import Snapshot, TrialView
-from hpo.dashboards.style import STATE_COLOURS, base_layout, message_figure, plain, short
+from hpo.dashboards.style import (
+    HIGHLIGHTS, STATE_COLOURS, base_layout, menu, message_figure, plain, short, y_scale_menu,
+)
 from hpo.store.records import TrialStatus
 
-__all__ = ["history", "parallel", "importance", "curves", "MIN_IMPORTANCE_TRIALS"]
+__all__ = ["history", "parallel", "curves", "completed", "spread", "log_ticks", "bulk_range",
+           "reported_metrics"]
 
 MAX_PARALLEL_LINES = 1000
 MAX_CURVES = 300
-MAX_IMPORTANCE_TRIALS = 2000
-# PED-ANOVA compares the top 10% with the rest: below this it is noise.
-MIN_IMPORTANCE_TRIALS = 20
+MAX_METRICS = 8
+MAX_FAILED_MARKS = 5000
 
 
 def completed(snap: Snapshot) -> list[TrialView]:
@@ -53,7 +54,8 @@ def spread(items: Sequence[Any], limit: int, keep: Sequence[Any] = ()) -> list[A
 
 @functools.lru_cache(maxsize=4)
 def history(snap: Snapshot) -> go.Figure:
-    """Each finished trial's metric by trial number, and the best so far."""
+    """Each finished trial's metric by trial number, and the best so far; pruned
+    and stopped trials at the value they ended with, failed ones along the bottom."""
     title = f"Optimisation history: {plain(snap.metric)} ({snap.direction})"
     done = sorted(completed(snap), key=lambda t: t.number)
     if not done:
@@ -62,21 +64,26 @@ def history(snap: Snapshot) -> go.Figure:
     values = np.fromiter((t.value for t in done), float, len(done))
     best = (np.maximum if snap.maximize else np.minimum).accumulate(values)
     changed = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])
-    fig = go.Figure(layout=base_layout(title, xaxis_title="trial", yaxis_title=plain(snap.metric)))
+    fig = go.Figure(layout=base_layout(title, xaxis_title="trial", yaxis_title=plain(snap.metric),
+                                       updatemenus=[y_scale_menu()]))
     fig.add_trace(go.Scattergl(
         x=numbers, y=values, mode="markers", name="completed trial",
         marker={"size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6},
         hovertemplate="trial %{x}<br>%{y:.6g}<extra></extra>"))
+    lowest = float(np.nanmin(values))
     for state in (TrialStatus.PRUNED, TrialStatus.STOPPED):
-        early = [t for t in snap.trials if t.state is state and t.value is not None]
+        early = [t for t in snap.trials if t.state is state and t.value is not None
+                 and math.isfinite(t.value)]
         if early:
             word = state.value.lower()
+            ended = np.fromiter((t.value for t in early), float, len(early))
+            lowest = min(lowest, float(ended.min()))
             fig.add_trace(go.Scattergl(
-                x=np.fromiter((t.number for t in early), float, len(early)),
-                y=np.fromiter((t.value for t in early), float, len(early)), mode="markers",
-                name=f"{word} (value when ended)", visible="legendonly",
-                marker={"size": 4, "color": STATE_COLOURS[state.value], "symbol": "x"},
+                x=np.fromiter((t.number for t in early), float, len(early)), y=ended,
+                mode="markers", name=f"{word} (value when ended)",
+                marker={"size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"},
                 hovertemplate=f"trial %{{x}} ({word})<br>%{{y:.6g}}<extra></extra>"))
+    _failed_rug(fig, snap, lowest)
     fig.add_trace(go.Scatter(
         x=np.r_[numbers[changed], numbers[-1]], y=np.r_[best[changed], best[-1]], mode="lines",
         line={"shape": "hv", "color": "#111", "width": 2}, name="best so far",
@@ -84,138 +91,219 @@ def history(snap: Snapshot) -> go.Figure:
     return fig
 
 
+def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
+    """Trials without a value (failed, timed out) as marks at the lowest value
+    drawn, so that where failures happen shows next to the results."""
+    for state in (TrialStatus.FAILED, TrialStatus.TIMEOUT):
+        lost = [t for t in snap.trials if t.state is state][:MAX_FAILED_MARKS]
+        if lost:
+            word = state.value.lower()
+            fig.add_trace(go.Scattergl(
+                x=[t.number for t in lost], y=[at] * len(lost), mode="markers",
+                name=f"{word} (no value)", customdata=[plain(t.error or word, 120) for t in lost],
+                marker={"size": 8, "color": STATE_COLOURS[state.value], "symbol": "line-ns-open",
+                        "line": {"width": 2, "color": STATE_COLOURS[state.value]}},
+                hovertemplate=f"trial %{{x}} {word}<br>%{{customdata}}<extra></extra>"))
+
+
 @functools.lru_cache(maxsize=4)
 def parallel(snap: Snapshot) -> go.Figure:
-    """Parameters against the metric, one line per completed trial (sampled)."""
+    """Parameters against the metric, one line per completed trial (sampled);
+    a second trace adds the pruned and stopped trials at the value they ended with."""
     title = "Parallel coordinates: parameters against the metric"
     done = completed(snap)
     if len(done) < 2 or not snap.param_names:
         return message_figure(title, "Needs two completed trials with parameters.")
+    early = [t for t in snap.trials if t.state in (TrialStatus.PRUNED, TrialStatus.STOPPED)
+             and t.value is not None and math.isfinite(t.value)]
     lines = spread(sorted(done, key=lambda t: t.number), MAX_PARALLEL_LINES,
                    keep=done[: MAX_PARALLEL_LINES // 10])
-    space = snap.spec.get("space") or {}
-    dimensions = [_dimension(name, [t.params.get(name) for t in lines], space.get(name))
-                  for name in snap.param_names]
-    values = np.fromiter((t.value for t in lines), float, len(lines))
-    dimensions.append({"label": plain(snap.metric), "values": values})
-    note = f" ({len(lines)} of {len(done)} trials, best included)" if len(lines) < len(done) else ""
-    fig = go.Figure(go.Parcoords(
-        dimensions=dimensions, line={"color": values, "colorscale": "Viridis",
-                                     "reversescale": not snap.maximize, "showscale": True,
-                                     "colorbar": {"title": {"text": plain(snap.metric)}}}),
-        layout=base_layout(title + note, margin={"l": 80, "r": 80, "t": 100, "b": 40}))
+    fig = go.Figure(layout=base_layout(
+        title + (f" ({len(lines)} of {len(done)} trials, best included)" if len(lines) < len(done)
+                 else ""), margin={"l": 80, "r": 80, "t": 110, "b": 40}))
+    fig.add_trace(_parcoords(snap, lines, "completed trials"))
+    if early:
+        more = spread(sorted(early, key=lambda t: t.number), MAX_PARALLEL_LINES - len(lines))
+        fig.add_trace(_parcoords(snap, lines + more, "completed, pruned and stopped", visible=False))
+        fig.update_layout(updatemenus=[menu([
+            {"label": "completed", "method": "restyle", "args": [{"visible": [True, False]}]},
+            {"label": f"+ {len(early)} pruned/stopped (value when ended)", "method": "restyle",
+             "args": [{"visible": [False, True]}]}])])
     return fig
+
+
+def _parcoords(snap: Snapshot, lines: list[TrialView], name: str, visible: bool = True) -> go.Parcoords:
+    space = snap.spec.get("space") or {}
+    values = np.fromiter((t.value for t in lines), float, len(lines))
+    dimensions = [_dimension(n, [t.params.get(n) for t in lines], space.get(n))
+                  for n in snap.param_names]
+    dimensions.append({"label": plain(snap.metric), "values": values})
+    return go.Parcoords(
+        dimensions=dimensions, name=name, visible=visible,
+        line={"color": values, "colorscale": "Viridis", "reversescale": not snap.maximize,
+              "showscale": True, "colorbar": {"title": {"text": plain(snap.metric)}}})
+
+
+def _choices(declared: Any) -> list[Any] | None:
+    """The declared choices of a categorical parameter (numbers included), else None."""
+    if isinstance(declared, list):
+        return declared
+    if isinstance(declared, dict) and isinstance(declared.get("choices"), list):
+        return declared["choices"]
+    return None
 
 
 def _dimension(name: str, values: list[Any], declared: Any) -> dict[str, Any]:
-    numeric = all(isinstance(v, Real) and not isinstance(v, bool) for v in values)
-    if numeric:
-        array = np.asarray(values, float)
-        if isinstance(declared, dict) and declared.get("log") and (array > 0).all():
-            return {"label": plain(f"log10({name})"), "values": np.log10(array)}
+    choices = _choices(declared)
+    numeric = all(isinstance(v, Real) and not isinstance(v, bool) for v in values if v is not None)
+    if numeric and choices is None:
+        array = np.asarray([np.nan if v is None else v for v in values], float)
+        if isinstance(declared, dict) and declared.get("log") and (array[~np.isnan(array)] > 0).all():
+            return {"label": plain(name), "values": np.log10(array), **log_ticks(array)}
         return {"label": plain(name), "values": array}
     # Categories in their declared order, then any others by their text.
-    order = list(declared.get("choices", [])) if isinstance(declared, dict) else []
-    labels = list(dict.fromkeys([str(c) for c in order] + sorted({str(v) for v in values})))
+    labels = list(dict.fromkeys([str(c) for c in choices or ()] + sorted({str(v) for v in values})))
     index = {label: i for i, label in enumerate(labels)}
     return {"label": plain(name), "values": np.array([index[str(v)] for v in values], float),
             # Parcoords draws tick text literally (unlike labels): no entities here.
-            "tickvals": list(range(len(labels))), "ticktext": [short(x, 24) for x in labels]}
+            "tickvals": list(range(len(labels))), "ticktext": [short(x, 24) for x in labels],
+            "range": [-0.25, len(labels) - 0.75]}
 
 
-@functools.lru_cache(maxsize=4)
-def importance(snap: Snapshot) -> go.Figure:
-    """Optuna's PED-ANOVA importance of each parameter for reaching the top 10%."""
-    title = "Parameter importance (Optuna PED-ANOVA: what it takes to reach the top 10%)"
-    done = [t for t in completed(snap) if t.params]
-    if len(done) < MIN_IMPORTANCE_TRIALS:
-        return message_figure(title, f"Parameter importance needs at least {MIN_IMPORTANCE_TRIALS} "
-                              f"completed trials; {len(done)} so far.")
-    sample = spread(sorted(done, key=lambda t: t.number), MAX_IMPORTANCE_TRIALS)
-    try:
-        scores = _importances(sample, snap.direction)
-    except (ValueError, RuntimeError, TypeError) as exc:
-        return message_figure(title, f"Importance cannot be computed for this study: {exc}")
-    if not scores:
-        return message_figure(title, "No parameter varies among the completed trials.")
-    names = list(scores)[::-1]  # most important at the top
-    note = f"{len(sample)} of {len(done)} completed trials" if len(sample) < len(done) \
-        else f"{len(done)} completed trials"
-    fig = go.Figure(go.Bar(
-        x=[scores[n] for n in names], y=[plain(n) for n in names], orientation="h",
-        marker_color="#1f77b4", hovertemplate="%{y}: %{x:.3f}<extra></extra>"),
-        layout=base_layout(f"{title}<br><sup>{note}</sup>", xaxis_title="importance",
-                           height=max(300, 60 + 40 * len(names))))
-    return fig
-
-
-def _importances(trials: list[TrialView], direction: str) -> dict[str, float]:
-    import optuna  # importing optuna.importance pulls scikit-learn in: only when drawn
-
-    frozen = [optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                        value=t.value) for t in trials]
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
-    try:
-        study = optuna.create_study(direction=direction)  # in memory: the store stays untouched
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-    study.add_trials(frozen)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
-        scores = optuna.importance.get_param_importances(study, evaluator=evaluator)
-    return {name: float(score) for name, score in scores.items() if math.isfinite(score)}
+def log_ticks(values: np.ndarray) -> dict[str, Any]:
+    """Ticks in the parameter's own units on an axis drawn in log10:
+    every decade, and 2 and 5 times it when the range spans few decades."""
+    finite = values[np.isfinite(values) & (values > 0)]
+    if not len(finite):
+        return {}
+    low, high = math.log10(finite.min()), math.log10(finite.max())
+    steps = (1,) if high - low > 3 else (1, 2, 5)
+    ticks = [m * 10.0 ** e for e in range(math.floor(low), math.ceil(high) + 1) for m in steps]
+    shown = [t for t in ticks if low - 1e-9 <= math.log10(t) <= high + 1e-9]
+    if len(shown) < 2:  # a range inside one decade: its ends
+        shown = sorted({float(f"{finite.min():.2g}"), float(f"{finite.max():.2g}")})
+    return {"tickvals": [math.log10(t) for t in shown], "ticktext": [f"{t:g}" for t in shown],
+            "range": [low, high] if high > low else [low - 0.5, high + 0.5]}
 
 
 @functools.lru_cache(maxsize=4)
 def curves(snap: Snapshot) -> go.Figure:
-    """Reported steps of each trial (sampled, best first), pruned and stopped marked."""
-    metric = _curve_metric(snap)
-    title = f"Learning curves: {plain(metric or snap.metric)} by reported step"
+    """Reported steps of each trial (sampled, best first), pruned and stopped
+    marked; a menu picks the metric (every one reported) and a log y axis."""
+    title = "Learning curves by reported step"
     reporting = [t for t in snap.trials if t.reports]
-    if metric is None or not reporting:
-        return message_figure(title, "No trial has reported a step yet (trial.report(step, ...)).")
-    best = [t for t in completed(snap) if t.reports][:10]
+    best = [t for t in completed(snap) if t.reports][:len(HIGHLIGHTS)]
     chosen = spread(reporting, MAX_CURVES, keep=best)
-    fig = go.Figure(layout=base_layout(
-        title + (f" ({len(chosen)} of {len(reporting)} trials, best included)"
-                 if len(chosen) < len(reporting) else ""),
-        xaxis_title="step", yaxis_title=plain(metric)))
+    metrics = reported_metrics(snap, chosen)
+    if not metrics:
+        return message_figure(title, "No trial has reported a step yet (trial.report(step, ...)).")
+    note = f" ({len(chosen)} of {len(reporting)} trials, best included)" if len(chosen) < len(reporting) else ""
+    fig = go.Figure(layout=base_layout(title + note, xaxis_title="step",
+                                       margin={"l": 60, "r": 20, "t": 90, "b": 50}))
+    owner: list[int] = []  # which metric each trace draws
+    ranges = {}
+    for k, metric in enumerate(metrics):
+        before = len(fig.data)
+        ranges[metric] = _metric_traces(fig, chosen, best, metric, visible=k == 0)
+        owner += [k] * (len(fig.data) - before)
+    buttons = []
+    for k, metric in enumerate(metrics):
+        visible = [o == k for o in owner]
+        for scale in ("linear", "log"):
+            axis = {"yaxis.type": scale, "yaxis.title.text": plain(metric),
+                    **_y_range(ranges[metric], scale)}
+            buttons.append({"label": plain(short(metric, 30)) + (", log y" if scale == "log" else ""),
+                            "method": "update", "args": [{"visible": visible}, axis]})
+    fig.update_layout(yaxis={"title": {"text": plain(metrics[0])},
+                             **{k[6:]: v for k, v in _y_range(ranges[metrics[0]], "linear").items()}},
+                      updatemenus=[menu(buttons, direction="down")])
+    return fig
+
+
+def reported_metrics(snap: Snapshot, trials: Sequence[TrialView]) -> list[str]:
+    """The metrics ``trials`` reported at a step: the study's metric first, then
+    by first report (at most MAX_METRICS)."""
+    seen: dict[str, None] = {}
+    for trial in trials:
+        for _, metrics in trial.reports:
+            seen.update(dict.fromkeys(metrics))
+    return sorted(seen, key=lambda n: n != snap.metric)[:MAX_METRICS]
+
+
+def _metric_traces(fig: go.Figure, chosen: list[TrialView], best: list[TrialView], metric: str,
+                   visible: bool) -> tuple[float, float] | None:
+    """One metric's curves by state, the best trials over them, pruned/stopped marks;
+    returns the y range that shows the bulk of the curves."""
     by_state: dict[str, list[TrialView]] = {}
     for trial in chosen:
         by_state.setdefault(trial.state.value, []).append(trial)
+    every: list[float] = []
+    core: list[float] = []
     for state, trials in by_state.items():
         xs, ys, ids = _polylines(trials, metric)
+        points = [y for y in ys if y is not None]
+        every += points
+        if state == TrialStatus.COMPLETE.value:
+            core += points
         fig.add_trace(go.Scattergl(
             x=xs, y=ys, customdata=ids, mode="lines", name=state.lower(), opacity=0.45,
+            visible=visible, legendgroup=state,
             line={"color": STATE_COLOURS.get(state, "#999"), "width": 1},
             hovertemplate="trial %{customdata}<br>step %{x}: %{y:.6g}<extra></extra>"))
-    for rank, trial in enumerate(best[:5]):
+    tops: list[float] = []
+    for rank, trial in enumerate(best):
         xs, ys, ids = _polylines([trial], metric)
-        fig.add_trace(go.Scattergl(
+        tops += [y for y in ys if y is not None]
+        colour, dash = HIGHLIGHTS[rank]
+        fig.add_trace(go.Scatter(
             x=xs, y=ys, customdata=ids, mode="lines", name=f"best #{rank + 1}: trial {trial.number}",
-            line={"width": 3}, hovertemplate="trial %{customdata}<br>step %{x}: %{y:.6g}<extra></extra>"))
+            visible=visible, line={"width": 2.5, "color": colour, "dash": dash},
+            hovertemplate="trial %{customdata}<br>step %{x}: %{y:.6g}<extra></extra>"))
     for kind, symbol in (("pruned", "x"), ("stopped", "square")):
         xs, ys, ids = _marks(chosen, metric, kind)
         if xs:
             fig.add_trace(go.Scattergl(
-                x=xs, y=ys, customdata=ids, mode="markers", name=f"{kind} here",
+                x=xs, y=ys, customdata=ids, mode="markers", name=f"{kind} here", visible=visible,
                 marker={"symbol": symbol, "size": 9, "color": STATE_COLOURS["PRUNED"] if kind == "pruned"
                         else "#333"},
                 hovertemplate=f"trial %{{customdata}} {kind} at step %{{x}}<extra></extra>"))
-    return fig
+    return bulk_range(np.asarray(every, float), np.asarray(core, float), np.asarray(tops, float))
 
 
-def _curve_metric(snap: Snapshot) -> str | None:
-    """The study's metric when trials report it, else the first metric reported."""
-    first = None
-    for trial in snap.trials:
-        for _, metrics in trial.reports:
-            if snap.metric in metrics:
-                return snap.metric
-            first = first or next(iter(metrics), None)
-    return first
+def bulk_range(values: np.ndarray, core: np.ndarray, keep: np.ndarray) -> tuple[float, float] | None:
+    """A y range for the bulk of the curves, or None when every value fits
+    without squeezing the others: a few diverged curves must not flatten the
+    rest against one edge. The bulk is the completed trials' points (``core``;
+    diverged trials rarely complete), within three interquartile ranges; the
+    best curves (``keep``) always fit."""
+    values = values[np.isfinite(values)]
+    core = core[np.isfinite(core)]
+    if len(core) < 10:
+        core = values
+    if len(core) < 10:
+        return None
+    q1, q3 = np.percentile(core, [25, 75])
+    fence = 3 * max(q3 - q1, 1e-12)
+    low, high = max(values.min(), q1 - fence), min(values.max(), q3 + fence)
+    keep = keep[np.isfinite(keep)]
+    if len(keep):
+        low, high = min(low, keep.min()), max(high, keep.max())
+    if low <= values.min() and high >= values.max():
+        return None
+    pad = 0.05 * (high - low or 1.0)
+    return float(low - pad), float(high + pad)
+
+
+def _y_range(bulk: tuple[float, float] | None, scale: str) -> dict[str, Any]:
+    if bulk is None:
+        return {"yaxis.autorange": True}
+    low, high = bulk
+    if scale == "log":
+        if high <= 0:
+            return {"yaxis.autorange": True}
+        low = low if low > 0 else high / 1e3
+        return {"yaxis.range": [math.log10(low), math.log10(high)]}
+    return {"yaxis.range": [low, high]}
 
 
 def _polylines(trials: list[TrialView], metric: str) -> tuple[list, list, list]:

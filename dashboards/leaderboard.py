@@ -17,7 +17,7 @@ from typing import Any
 
 from hpo.dashboards.data import Snapshot
 
-__all__ = ["columns", "rows", "query", "html_table"]
+__all__ = ["columns", "rows", "ranks", "tooltips", "query", "parse_filter", "html_table"]
 
 ERROR_CHARS = 160
 
@@ -50,9 +50,10 @@ def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
     names = snap.param_names
     numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[4:])}
     out = []
-    for rank, t in enumerate(snap.ranked, start=1):
+    rank_of = ranks(snap)
+    for t in snap.ranked:
         row: dict[str, Any] = {
-            "rank": rank, "trial": t.number, "state": t.state.value, "value": _number(t.value),
+            "id": t.number, "rank": rank_of.get(t.number), "trial": t.number, "state": t.state.value, "value": _number(t.value),
             "duration_s": None if t.duration_s is None else round(t.duration_s, 1),
             "attempts": t.attempt, "steps": t.steps, "host": t.host or "",
             "error": (t.error or "")[:ERROR_CHARS],
@@ -62,6 +63,25 @@ def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
             row[f"param_{i}"] = value if numeric[name] or value is None else str(value)
         out.append(row)
     return tuple(out)
+
+
+def tooltips(snap: Snapshot, shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """DataTable ``tooltip_data`` for ``shown`` rows: the whole error, which the cell cuts."""
+    by_number = snap.by_number
+    out = []
+    for row in shown:
+        error = by_number[row["trial"]].error if row["trial"] in by_number else None
+        out.append({"error": {"value": error + "\n\n(click the row for the traceback)",
+                              "type": "text"}} if error else {})
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def ranks(snap: Snapshot) -> dict[int, int]:
+    """Trial number -> rank, as ``hpo status`` shows it: only completed trials
+    have one (a failed trial is not 12th of anything)."""
+    rank_of = snap.result.rank_of
+    return {t.number: r for i, t in enumerate(snap.ranked) if (r := rank_of(i, t)) is not None}
 
 
 def _number(value: float | None) -> float | None:
@@ -94,7 +114,8 @@ def parse_filter(expression: str | None) -> list[tuple[str, str, str]]:
             continue
         match = _TERM.match(part)
         if not match:
-            raise ValueError(f"cannot filter on {part!r}")
+            raise ValueError(f"filter {part.strip()!r} not understood (write e.g. > 0.9, "
+                             "= adam, contains FAILED)")
         value = (match["value"] or "").strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'`":
             value = re.sub(r"\\(.)", r"\1", value[1:-1])

@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 
 from hpo.store.records import RETRIED, TrialStatus
 
-__all__ = ["STATE_COLOURS", "RETRIED", "plain", "short", "message_figure", "base_layout"]
+__all__ = ["STATE_COLOURS", "HIGHLIGHTS", "RETRIED", "plain", "short", "message_figure",
+           "base_layout", "menu", "y_scale_menu"]
 
 # One colour per status, and one for earlier attempts (failed or lost, retried).
 STATE_COLOURS = {
@@ -24,6 +25,27 @@ STATE_COLOURS = {
     TrialStatus.PENDING.value: "#c7c7c7",
     RETRIED: "#8c564b",
 }
+
+# The best trials drawn over the others: dark, dashed differently, and none of
+# them a state colour (a green "best" line would read as "completed").
+HIGHLIGHTS = (("#000000", "solid"), ("#3b2f8f", "dash"), ("#000000", "dot"),
+              ("#3b2f8f", "dashdot"), ("#000000", "longdash"))
+
+
+def menu(buttons: list[dict[str, Any]], x: float = 1.0, y: float = 1.13,
+         direction: str = "left", active: int = 0) -> dict[str, Any]:
+    """A row of buttons (or a dropdown) in the figure itself: it works in the
+    dashboard and in the static report alike, without a server."""
+    return {"type": "buttons" if direction == "left" else "dropdown", "direction": direction,
+            "buttons": buttons, "x": x, "y": y, "xanchor": "right", "yanchor": "bottom",
+            "showactive": True, "active": active, "pad": {"r": 2, "t": 2},
+            "bgcolor": "#f3f3f3", "font": {"size": 12}}
+
+
+def y_scale_menu(**place: Any) -> dict[str, Any]:
+    """Linear / log buttons for the y axis."""
+    return menu([{"label": "linear y", "method": "relayout", "args": [{"yaxis.type": "linear"}]},
+                 {"label": "log y", "method": "relayout", "args": [{"yaxis.type": "log"}]}], **place)
 
 
 def short(value: Any, limit: int) -> str:

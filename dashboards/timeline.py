@@ -19,12 +19,14 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, worker_label
+from hpo.units import format_resource_time
 from hpo.dashboards.style import RETRIED, STATE_COLOURS, base_layout, message_figure, plain
 from hpo.store.records import TrialStatus, study_cost
 
 __all__ = ["Intervals", "intervals", "timeline", "utilisation", "cost"]
 
 MAX_BARS = 2500
+MIN_BAR_FRACTION = 0.004  # of the time span: the narrowest bar drawn
 TIME_BINS = 240
 UTILISATION_BINS = 600
 # Segment outcomes are state values; a few other words map onto them.
@@ -104,18 +106,33 @@ def timeline(snap: Snapshot) -> go.Figure:
         return _binned_timeline(iv, rows, layout)
     fig = go.Figure(layout=layout)
     kinds = np.asarray(iv.kind)
+    # A trial that failed at once lasts 0 s: draw it at least this wide, so it shows.
+    least = max(float(iv.end.max() - iv.start.min()) * MIN_BAR_FRACTION, 1e-3)
+    about = _trial_text(snap)
     for kind in dict.fromkeys(iv.kind):
         pick = np.flatnonzero(kinds == kind)
         duration = iv.end[pick] - iv.start[pick]
         fig.add_trace(go.Bar(
             orientation="h", y=[plain(iv.row[i]) for i in pick], base=_local(iv.start[pick]),
-            x=duration * 1000.0, name=kind.lower(), marker={
+            x=np.maximum(duration, least) * 1000.0, name=kind.lower(), marker={
                 "color": STATE_COLOURS.get(kind, "#999"), "line": {"width": 0.5, "color": "#fff"},
                 "pattern": {"shape": "/" if kind == RETRIED else ""}},
-            customdata=np.column_stack([iv.trial[pick], duration]),
-            hovertemplate="trial %{customdata[0]}<br>%{y}<br>%{customdata[1]:.1f} s<extra>"
-                          + plain(kind.lower()) + "</extra>"))
+            customdata=[[int(iv.trial[i]), float(d), about.get(int(iv.trial[i]), "")]
+                        for i, d in zip(pick, duration)],
+            hovertemplate="trial %{customdata[0]}: %{customdata[1]:.1f} s<br>%{y}<br>"
+                          "%{customdata[2]}<extra>" + plain(kind.lower()) + "</extra>"))
     return fig
+
+
+def _trial_text(snap: Snapshot) -> dict[int, str]:
+    """Each trial's value and parameters, for the hover (plain, short)."""
+    out = {}
+    for t in snap.trials:
+        value = "no value" if t.value is None else f"{snap.metric}={t.value:.6g}"
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in t.params.items())
+        out[t.number] = plain(value) + (f"<br>{plain(params, 300)}" if params else "")
+    return out
 
 
 def _binned_timeline(iv: Intervals, rows: list[str], layout: dict[str, Any]) -> go.Figure:
@@ -169,10 +186,11 @@ def utilisation(snap: Snapshot) -> go.Figure:
     """Busy slots over time against the slots available, and what the hours went to."""
     iv = intervals(snap)
     spent = cost(snap)
-    title = (f"Utilisation and cost: {spent['core_hours']:.2f} core-hours, "
-             f"{spent['gpu_hours']:.2f} GPU-hours in all; on pruned trials "
-             f"{spent['pruned_core_hours']:.2f} core-h, failed {spent['failed_core_hours']:.2f} "
-             f"core-h, retried attempts {spent['retried_core_hours']:.2f} core-h")
+    title = (f"Utilisation and cost: {format_resource_time(spent['core_hours'])}, "
+             f"{format_resource_time(spent['gpu_hours'], 'GPU')} in all; on pruned trials "
+             f"{format_resource_time(spent['pruned_core_hours'])}, failed "
+             f"{format_resource_time(spent['failed_core_hours'])}, retried attempts "
+             f"{format_resource_time(spent['retried_core_hours'])}")
     if not len(iv.start):
         return message_figure(title, "No trial has started yet.")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.09,
@@ -201,7 +219,7 @@ def utilisation(snap: Snapshot) -> go.Figure:
                               ("gpu_hours_by", "GPU-hours", "#ff7f0e")):
         fig.add_trace(go.Bar(x=[plain(k.lower()) for k in kinds], y=[spent[key][k] for k in kinds],
                              name=name, marker_color=colour,
-                             hovertemplate="%{x}: %{y:.3f} " + name + "<extra></extra>"),
+                             hovertemplate="%{x}: %{y:.3g} " + name + "<extra></extra>"),
                       row=1, col=2)
     fig.update_layout(base_layout(title, barmode="group", height=500,
                                   margin={"l": 60, "r": 20, "t": 90, "b": 60}))

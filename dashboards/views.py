@@ -8,8 +8,9 @@ from typing import NamedTuple
 
 import plotly.graph_objects as go
 
-from hpo.dashboards import figures, timeline
+from hpo.dashboards import analysis, figures, timeline
 from hpo.dashboards.data import Snapshot
+from hpo.units import format_resource_time
 
 __all__ = ["View", "VIEWS", "summary"]
 
@@ -22,17 +23,25 @@ class View(NamedTuple):
 
 
 VIEWS = (
-    View("history", "History", "Each completed trial's metric by trial number, and the best so far.",
-         figures.history),
+    View("history", "History",
+         "Each trial's metric by trial number and the best so far; pruned and stopped trials at "
+         "the value they ended with, failed trials as red ticks along the bottom.", figures.history),
     View("parallel", "Parallel coordinates",
-         "Each completed trial as a line through its parameters to its metric; drag on an axis to "
-         "select a range.", figures.parallel),
+         "Each completed trial as a line through its parameters to its metric; drag along an axis "
+         "to keep only the trials in that range (drag again elsewhere to add a range, click the "
+         "axis to clear).", figures.parallel),
     View("importance", "Importance",
-         "How much each parameter decides whether a trial reaches the top 10% (Optuna PED-ANOVA).",
-         figures.importance),
+         "How much of the metric's variation each parameter explains (Optuna fANOVA), with its "
+         "uncertainty.", analysis.importance),
+    View("slices", "Slices", "The metric against each parameter; darker points are later trials.",
+         analysis.slices),
+    View("contour", "Contour",
+         "The metric over two parameters, interpolated between the trials (the points); pick the "
+         "pair in the menu.", analysis.contour),
     View("curves", "Learning curves",
-         "The metric at each reported step; x marks where a trial was pruned, a square where it "
-         "was stopped.", figures.curves),
+         "Every reported metric at each step (pick it in the menu, with a log scale if needed); "
+         "x marks where a trial was pruned, a square where it was stopped. The y range fits the "
+         "bulk of the curves: the autoscale button shows all.", figures.curves),
     View("timeline", "Timeline",
          "Each worker's trials over time, coloured by state; hatched bars are attempts lost and "
          "retried, suspended segments show in cyan.", timeline.timeline),
@@ -50,7 +59,8 @@ def summary(snap: Snapshot) -> str:
     parts = [f"study {snap.name}", f"{len(snap.trials)} trials" + (f": {counts}" if counts else "")]
     if best is not None:
         parts.append(f"best {snap.metric}={best.value + 0.0:.6g} (trial {best.number})")
-    parts.append(f"{spent['core_hours']:.2f} core-hours, {spent['gpu_hours']:.2f} GPU-hours")
+    parts.append(f"{format_resource_time(spent['core_hours'])}, "
+                 f"{format_resource_time(spent['gpu_hours'], 'GPU')}")
     if snap.stop:
         parts.append(f"stopped: {snap.stop.get('reason')}")
     parts.append(f"read {datetime.fromtimestamp(snap.taken_at):%Y-%m-%d %H:%M:%S}")

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +23,15 @@ import plotly.graph_objects as go
 import pytest
 
 import hpo
-from hpo.dashboards import figures, leaderboard, timeline
+from hpo.dashboards import analysis, commands, figures, leaderboard, timeline, trial_page
 from hpo.dashboards.data import StoreReader, load_snapshot
 from hpo.dashboards.report import build_report
 from hpo.dashboards.synthetic import write_study
+from hpo.dashboards.style import STATE_COLOURS
 from hpo.dashboards.views import VIEWS, summary
 from hpo.store import RunDir, StudyStore
 from hpo.store.records import RUN_ATTR
+from hpo.units import format_resource_time
 from conftest import ROOT, toy_space
 
 XSS = "<script>window.__xss=1</script><img src=x onerror=window.__xss=2>"
@@ -44,6 +47,42 @@ def real_study(runs_dir: Path, name: str, pruned: bool = False, **search) -> Pat
                       fixed={"steps": 6}, search=search, **extra)
     hpo.run(space, engine="inline", runs_dir=runs_dir, progress=False)
     return Path(runs_dir) / name
+
+
+def rich(config: dict, trial) -> dict:
+    """A training-like objective for the views: a log learning rate, a numeric
+    categorical batch size, two metrics per step, curves that diverge when the
+    rate is too high, a failure with a traceback, and output for the trial's log."""
+    lr, batch, opt = float(config["lr"]), int(config["batch"]), str(config["opt"])
+    quality = 1.0 - abs(np.log10(lr) + 2.0) / 4 - batch / 1000
+    loss = 1.0
+    for step in range(8):
+        loss = 1e3 * 3.0 ** step if lr > 0.3 else (1.0 - quality) + 1.0 / (step + 1)
+        accuracy = max(0.0, 1.0 - loss / 2)
+        print(f"step {step}: loss {loss:.4f} accuracy {accuracy:.4f}")
+        if opt == "sgd" and batch == 128 and step == 1:
+            raise FloatingPointError(f"loss is nan at step {step} (sgd with batch {batch})")
+        trial.report(step, accuracy=accuracy, loss=loss)
+        if trial.should_stop():
+            break
+    return {"accuracy": accuracy, "loss": loss}
+
+
+def rich_space(name: str, trials: int = 30) -> dict:
+    return {"name": name, "objective": "test_dashboard:rich",
+            "metric": {"name": "accuracy", "direction": "maximize"},
+            "search": {"algorithm": "random", "max_trials": trials, "seed": 7, "parallel": 2},
+            "early_stopping": {"pruner": "median", "min_steps": 3},
+            "space": {"lr": {"type": "float", "low": 1e-4, "high": 1.0, "log": True},
+                      "batch": [16, 32, 64, 128], "opt": ["adam", "sgd", XSS]}}
+
+
+@pytest.fixture(scope="module")
+def rich_study(tmp_path_factory) -> Path:
+    """30 trials: completed, pruned, failed (with tracebacks), two diverged."""
+    runs = tmp_path_factory.mktemp("runs")
+    hpo.run(rich_space("rich"), engine="inline", runs_dir=runs, progress=False)
+    return runs / "rich"
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +190,7 @@ def test_every_view_draws_the_real_study(grid):
     assert len(history.data[0].x) == 36
     parallel = figures.parallel(snap).data[0]
     assert [d.label for d in parallel.dimensions] == ["tag", "x", "y", "value"]
-    importance = figures.importance(snap).data[0]
+    importance = analysis.importance(snap).data[0]
     assert isinstance(importance, go.Bar) and set(importance.y) == {"x", "y", "tag"}
     # x and y decide the value, tag does nothing.
     scores = dict(zip(importance.y, importance.x))
@@ -170,10 +209,15 @@ def test_user_text_is_shown_as_text_in_every_figure(grid, synthetic):
         assert any(t.startswith("<script>") for t in tick[0].ticktext)
 
 
-def test_too_few_trials_for_importance_says_so(tmp_path):
-    snap = load_snapshot(real_study(tmp_path, "few", algorithm="random", max_trials=5, seed=0))
-    fig = figures.importance(snap)
-    assert not fig.data and "at least 20 completed trials; 5 so far" in fig.layout.annotations[0].text
+def test_importance_is_drawn_from_a_handful_of_trials_with_its_uncertainty(tmp_path):
+    few = load_snapshot(real_study(tmp_path, "few", algorithm="random", max_trials=3, seed=0))
+    fig = analysis.importance(few)
+    assert not fig.data and "at least 4 completed trials; 3 so far" in fig.layout.annotations[0].text
+    handful = load_snapshot(real_study(tmp_path, "handful", algorithm="random", max_trials=8, seed=0))
+    bar = analysis.importance(handful).data[0]
+    # x decides the quadratic most; each bar carries its spread over the resamples.
+    assert bar.y[-1] == "x" and len(bar.error_x.array) == 3 and max(bar.error_x.array) > 0
+    assert "rough hint" in analysis.importance(handful).layout.title.text
 
 
 def test_an_empty_study_draws_messages_not_errors(tmp_path):
@@ -244,9 +288,19 @@ def test_cost_adds_up_recorded_running_and_retried_hours(synthetic):
         if t.state is hpo.TrialStatus.PRUNED) / 3600)
     assert spent["gpu_hours"] > 0
     fig = timeline.utilisation(snap)
-    assert f"{spent['core_hours']:.2f} core-hours" in fig.layout.title.text
+    # One precision and unit everywhere: the same text as `hpo status` prints.
+    text = format_resource_time(spent["core_hours"])
+    assert text.endswith("core-hours")
+    assert text in fig.layout.title.text and text in summary(snap)
     slots = next(t for t in fig.data if str(t.name).startswith("available slots"))
     assert list(slots.y) == [6, 6]  # search.parallel
+
+
+def test_cost_of_a_small_study_is_shown_in_a_unit_that_fits(grid):
+    snap = load_snapshot(grid)
+    spent = timeline.cost(snap)
+    assert spent["core_hours"] < 1 / 60 and "core-seconds" in summary(snap)
+    assert format_resource_time(spent["core_hours"]) in timeline.utilisation(snap).layout.title.text
 
 
 # ------------------------------------------------------------------ leaderboard
@@ -268,7 +322,7 @@ def test_leaderboard_rows_sort_and_filter_on_the_server(grid):
     assert len(leaderboard.query(table, filter_query='{param_1} = 2')) == 6
     # What the table's filter row sends for "<= -4" typed under a numeric column.
     assert len(leaderboard.query(table, filter_query="{value} s<= -4")) == 24
-    with pytest.raises(ValueError, match="cannot filter"):
+    with pytest.raises(ValueError, match="not understood"):
         leaderboard.query(table, filter_query="value > 1")
 
 
@@ -320,3 +374,129 @@ def test_the_run_record_carries_what_the_views_read(grid):
     run = frozen.user_attrs[RUN_ATTR]
     assert {"host", "pid", "cpus", "gpus", "started_at", "ended_at", "core_seconds",
             "previous"} <= set(run)
+
+
+# ------------------------------------------------------------------ issue 16: the new views
+
+def test_report_goes_to_the_run_directory_and_is_never_overwritten_without_force(grid, tmp_path):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(grid, run_dir)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    first = subprocess.run([*HPO, "report", str(run_dir)], cwd=elsewhere, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    written = run_dir / "report.html"
+    assert written.exists() and not (elsewhere / "report.html").exists()
+    written.write_text("mine")
+    again = subprocess.run([*HPO, "report", str(run_dir)], cwd=elsewhere, capture_output=True, text=True)
+    assert again.returncode == 2 and "already exists" in again.stderr and "--force" in again.stderr
+    assert written.read_text() == "mine"
+    forced = subprocess.run([*HPO, "report", str(run_dir), "--force"], cwd=elsewhere,
+                            capture_output=True, text=True)
+    assert forced.returncode == 0 and "Study grid" in written.read_text()
+
+
+def test_dashboard_refuses_a_port_in_use_before_printing_a_url(grid):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = hpo_cli("dashboard", grid, "--port", str(port))
+    assert proc.returncode == 2 and f"--port {port}: already in use" in proc.stderr
+    assert "open http" not in proc.stderr and "fix:" in proc.stderr
+
+
+def test_without_a_port_the_dashboard_takes_the_next_free_one():
+    with socket.socket() as held:
+        try:
+            held.bind(("127.0.0.1", commands.DEFAULT_PORT))
+            held.listen()
+        except OSError:
+            pass  # already taken by someone else: the same situation
+        port = commands._port("127.0.0.1", None)
+        assert port != commands.DEFAULT_PORT
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", port))  # it is free
+
+
+def test_trial_page_shows_the_traceback_events_attempts_checkpoint_and_log(rich_study):
+    snap = load_snapshot(rich_study)
+    failed = next(t for t in snap.trials if t.state is hpo.TrialStatus.FAILED)
+    found = trial_page.details(snap, failed.number)
+    assert found.rank is None and found.checkpoint_dir == RunDir(rich_study).checkpoint_dir(failed.number)
+    assert "Traceback (most recent call last)" in found.attempts[-1]["traceback"]
+    assert 'raise FloatingPointError' in found.attempts[-1]["traceback"]
+    # The trial's log (what the objective printed) from its checkpoint directory.
+    assert [name for name, _ in found.logs] == ["output.log"] and "step 0: loss" in found.logs[0][1]
+    text = str(trial_page.page(snap, failed.number))
+    assert "FloatingPointError: loss is nan at step 1" in text and "step 0: loss" in text
+    pruned = next(t for t in snap.trials if t.state is hpo.TrialStatus.PRUNED)
+    page = str(trial_page.page(snap, pruned.number))
+    reason = next(e["reason"] for e in pruned.events if e["kind"] == "pruned")
+    assert reason and reason in page and "trial-events" in page
+    fig = trial_page.metrics_figure(pruned)
+    assert [a.text for a in fig.layout.annotations][:2] == ["accuracy", "loss"]
+    assert "not in this study" in str(trial_page.page(snap, 999))
+
+
+def test_leaderboard_ranks_only_completed_trials_and_shows_whole_errors(rich_study):
+    snap = load_snapshot(rich_study)
+    table = leaderboard.rows(snap)
+    for row in table:
+        assert (row["rank"] is not None) == (row["state"] == "COMPLETE")
+    failed = [r for r in table if r["state"] == "FAILED"]
+    tips = leaderboard.tooltips(snap, failed)
+    assert all("FloatingPointError: loss is nan" in tip["error"]["value"] for tip in tips)
+
+
+def test_history_shows_pruned_and_failed_trials_with_a_log_option(rich_study):
+    fig = figures.history(load_snapshot(rich_study))
+    names = {t.name: t for t in fig.data}
+    assert names["pruned (value when ended)"].visible in (None, True)
+    assert len(names["failed (no value)"].x) == 4
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["linear y", "log y"]
+
+
+def test_parallel_coordinates_use_log_ticks_and_categories(rich_study):
+    fig = figures.parallel(load_snapshot(rich_study))
+    dims = {d.label: d for d in fig.data[0].dimensions}
+    lr, batch = dims["lr"], dims["batch"]
+    assert list(lr.ticktext)[:1] and set(lr.ticktext) <= {f"{m * 10.0 ** e:g}" for e in range(-4, 1)
+                                                          for m in (1, 2, 5)}
+    assert np.allclose([10 ** v for v in lr.tickvals], [float(x) for x in lr.ticktext])
+    assert list(batch.ticktext) == ["16", "32", "64", "128"]
+    # The pruned trials can be added, at the value they ended with.
+    assert len(fig.data) == 2 and fig.data[1].visible is False
+    assert len(fig.data[1].dimensions[-1]["values"]) > len(fig.data[0].dimensions[-1]["values"])
+
+
+def test_learning_curves_offer_every_metric_and_a_range_divergence_cannot_flatten(rich_study):
+    fig = figures.curves(load_snapshot(rich_study))
+    labels = [b.label for b in fig.layout.updatemenus[0].buttons]
+    assert labels == ["accuracy", "accuracy, log y", "loss", "loss, log y"]
+    loss = fig.layout.updatemenus[0].buttons[2].args[1]
+    # Two trials diverge to 1e6: the loss range still fits the others.
+    diverged = max(y for t in fig.data if t.y for y in t.y if y is not None)
+    assert diverged > 1e5 and loss["yaxis.range"][1] < 10
+    highlights = {t.line.color for t in fig.data if str(t.name).startswith("best #")}
+    assert highlights and not highlights & set(STATE_COLOURS.values())
+
+
+def test_slices_and_contour_draw_each_parameter_in_its_kind(rich_study):
+    snap = load_snapshot(rich_study)
+    slices = analysis.slices(snap)
+    assert len(slices.data) == 3
+    axes = {slices.layout[f"xaxis{'' if i == 1 else i}"].type for i in (1, 2, 3)}
+    assert "log" in axes
+    contour = analysis.contour(snap)
+    buttons = contour.layout.updatemenus[0].buttons
+    assert len(buttons) == 3 and any(isinstance(t, go.Contour) for t in contour.data)
+
+
+def test_timeline_shows_instant_failures_and_what_each_trial_was(rich_study):
+    snap = load_snapshot(rich_study)
+    fig = timeline.timeline(snap)
+    failed = next(t for t in fig.data if t.name == "failed")
+    span = max(t.ended_at for t in snap.trials) - min(t.started_at for t in snap.trials)
+    assert min(failed.x) >= span * timeline.MIN_BAR_FRACTION * 1000 * 0.999
+    assert "lr=" in failed.customdata[0][2] and "batch=128" in failed.customdata[0][2]

@@ -1,0 +1,255 @@
+"""Parameter analysis: importance, slice plots, and a two-parameter contour.
+
+Pure functions from a snapshot to a figure, memoised per snapshot, like the
+views in :mod:`hpo.dashboards.figures`. Each uses the completed trials with a
+value, at most a few thousand of them (best included), so a 100,000-trial
+study draws as fast as a small one. Parameter axes keep the parameter's kind:
+log parameters on log axes, categories as categories in their declared order.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from typing import Any, NamedTuple
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from hpo.dashboards.data import Snapshot, TrialView
+from hpo.dashboards.figures import completed, spread
+from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
+
+__all__ = ["importance", "slices", "contour", "Axis", "axis_of", "MIN_IMPORTANCE_TRIALS"]
+
+# Fewer than this and nothing can be said; up to ~30 it is a rough hint, and
+# the whiskers say so.
+MIN_IMPORTANCE_TRIALS = 4
+MAX_IMPORTANCE_TRIALS = 300
+RESAMPLES = 8
+MAX_POINTS = 2000
+MAX_SLICES = 12
+MAX_CONTOUR_PARAMS = 5  # their pairs are in the contour's menu
+GRID = 40
+
+
+class Axis(NamedTuple):
+    """How one parameter is drawn: its values as numbers on a linear, log or category axis."""
+
+    name: str
+    kind: str  # "linear", "log" or "category"
+    values: np.ndarray  # per trial; category index for a category
+    labels: list[str]  # the categories, in order (empty otherwise)
+
+
+def axis_of(snap: Snapshot, name: str, trials: list[TrialView]) -> Axis:
+    """``name``'s values over ``trials`` and the kind of axis that shows them."""
+    declared = (snap.spec.get("space") or {}).get(name)
+    raw = [t.params.get(name) for t in trials]
+    choices = declared if isinstance(declared, list) else \
+        declared.get("choices") if isinstance(declared, dict) else None
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw if v is not None)
+    if numeric and not isinstance(choices, list):
+        values = np.asarray([np.nan if v is None else v for v in raw], float)
+        log = isinstance(declared, dict) and declared.get("log") and (values[~np.isnan(values)] > 0).all()
+        return Axis(name, "log" if log else "linear", values, [])
+    labels = list(dict.fromkeys([str(c) for c in choices or ()] + sorted({str(v) for v in raw})))
+    index = {label: i for i, label in enumerate(labels)}
+    return Axis(name, "category", np.array([index[str(v)] for v in raw], float), labels)
+
+
+def _axis_layout(axis: Axis) -> dict[str, Any]:
+    if axis.kind == "category":
+        return {"type": "linear", "tickmode": "array", "tickvals": list(range(len(axis.labels))),
+                "ticktext": [plain(x, 16) for x in axis.labels],
+                "range": [-0.5, len(axis.labels) - 0.5]}
+    return {"type": axis.kind, "tickmode": "auto", "tickvals": None, "ticktext": None,
+            "autorange": True}
+
+
+def _sample(snap: Snapshot, limit: int) -> list[TrialView]:
+    done = [t for t in completed(snap) if t.params and math.isfinite(t.value)]
+    return spread(sorted(done, key=lambda t: t.number), limit, keep=done[: limit // 10])
+
+
+# ------------------------------------------------------------------ importance
+
+@functools.lru_cache(maxsize=4)
+def importance(snap: Snapshot) -> go.Figure:
+    """Optuna's fANOVA importance, averaged over bootstrap resamples of the
+    trials; the whiskers (one standard deviation) say how sure it is."""
+    title = "Parameter importance (Optuna fANOVA: share of the metric's variance)"
+    done = [t for t in completed(snap) if t.params and math.isfinite(t.value)]
+    if len(done) < MIN_IMPORTANCE_TRIALS:
+        return message_figure(title, f"Parameter importance needs at least {MIN_IMPORTANCE_TRIALS} "
+                              f"completed trials; {len(done)} so far.")
+    sample = _sample(snap, MAX_IMPORTANCE_TRIALS)
+    try:
+        runs = [_fanova(sample, snap.direction, seed) for seed in range(RESAMPLES)]
+    except (ValueError, RuntimeError, TypeError, ZeroDivisionError) as exc:
+        return message_figure(title, f"Importance cannot be computed for this study: {exc}")
+    names = sorted({n for run in runs for n in run}, key=lambda n: np.mean([r.get(n, 0.0) for r in runs]))
+    if not names:
+        return message_figure(title, "No parameter varies among the completed trials.")
+    mean = [float(np.mean([r.get(n, 0.0) for r in runs])) for n in names]
+    spread_ = [float(np.std([r.get(n, 0.0) for r in runs])) for n in names]
+    used = f"{len(sample)} of {len(done)}" if len(sample) < len(done) else f"{len(done)}"
+    caution = "; few trials: read it as a rough hint" if len(done) < 30 else ""
+    note = (f"{used} completed trials; bars: mean of {RESAMPLES} bootstrap resamples, whiskers: "
+            f"one standard deviation{caution}")
+    return go.Figure(go.Bar(
+        x=mean, y=[plain(n) for n in names], orientation="h", marker_color="#1f77b4",
+        error_x={"type": "data", "array": spread_, "color": "#333"},
+        customdata=spread_, hovertemplate="%{y}: %{x:.3f} ± %{customdata:.3f}<extra></extra>"),
+        layout=base_layout(f"{title}<br><sup>{note}</sup>", xaxis_title="importance",
+                           xaxis_rangemode="tozero", height=max(300, 100 + 40 * len(names))))
+
+
+def _fanova(trials: list[TrialView], direction: str, seed: int) -> dict[str, float]:
+    """fANOVA importances on a bootstrap resample (the first run uses every trial once)."""
+    import optuna  # optuna.importance pulls scikit-learn in: only when drawn
+
+    rng = np.random.default_rng(seed)
+    chosen = trials if seed == 0 else [trials[i] for i in rng.integers(0, len(trials), len(trials))]
+    frozen = [optuna.trial.create_trial(params=t.params, distributions=t.distributions,
+                                        value=t.value) for t in chosen]
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
+    try:
+        study = optuna.create_study(direction=direction)  # in memory: the store stays untouched
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    study.add_trials(frozen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        evaluator = optuna.importance.FanovaImportanceEvaluator(n_trees=32, seed=seed)
+        scores = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
+    return {name: float(score) for name, score in scores.items() if math.isfinite(score)}
+
+
+# ------------------------------------------------------------------ slices
+
+@functools.lru_cache(maxsize=4)
+def slices(snap: Snapshot) -> go.Figure:
+    """The metric against each parameter, one panel each, coloured by trial number."""
+    title = f"Slices: {plain(snap.metric)} against each parameter"
+    trials = _sample(snap, MAX_POINTS)
+    names = snap.param_names[:MAX_SLICES]
+    if not trials or not names:
+        return message_figure(title, "Needs a completed trial with parameters.")
+    cols = min(len(names), 4)
+    rows = -(-len(names) // cols)
+    fig = make_subplots(rows=rows, cols=cols, shared_yaxes=True, horizontal_spacing=0.03,
+                        vertical_spacing=0.18 if rows > 1 else 0.1,
+                        subplot_titles=[plain(short(n, 30)) for n in names])
+    values = np.fromiter((t.value for t in trials), float, len(trials))
+    numbers = np.fromiter((t.number for t in trials), float, len(trials))
+    for i, name in enumerate(names):
+        axis = axis_of(snap, name, trials)
+        row, col = i // cols + 1, i % cols + 1
+        shown = axis.values if axis.kind != "category" else \
+            axis.values + np.random.default_rng(i).uniform(-0.15, 0.15, len(trials))  # jitter
+        text = [plain(axis.labels[int(v)], 40) for v in axis.values] if axis.kind == "category" \
+            else [f"{v:.6g}" for v in axis.values]
+        fig.add_trace(go.Scatter(
+            x=shown, y=values, mode="markers", showlegend=False, text=text, customdata=numbers,
+            marker={"size": 6, "color": numbers, "colorscale": "Blues", "opacity": 0.8,
+                    "line": {"width": 0.5, "color": "#555"},
+                    "showscale": i == 0, "colorbar": {"title": {"text": "trial"}}},
+            hovertemplate=f"trial %{{customdata}}<br>{plain(name)}=%{{text}}<br>%{{y:.6g}}<extra></extra>"),
+            row=row, col=col)
+        fig.update_xaxes(row=row, col=col, **{k: v for k, v in _axis_layout(axis).items() if v is not None})
+    fig.update_yaxes(title_text=plain(snap.metric), row=1, col=1)
+    note = f" ({len(trials)} completed trials, best included)"
+    fig.update_layout(base_layout(title + note, height=max(360, 80 + 300 * rows),
+                                  updatemenus=[_y_menu(rows, cols)]))
+    return fig
+
+
+def _y_menu(rows: int, cols: int) -> dict[str, Any]:
+    names = ["yaxis"] + [f"yaxis{i}" for i in range(2, rows * cols + 1)]
+    return menu([{"label": label, "method": "relayout",
+                  "args": [{f"{n}.type": kind for n in names}]}
+                 for label, kind in (("linear y", "linear"), ("log y", "log"))])
+
+
+# ------------------------------------------------------------------ contour
+
+@functools.lru_cache(maxsize=4)
+def contour(snap: Snapshot) -> go.Figure:
+    """The metric over two parameters: trials as points over a contour
+    interpolated between them; a menu picks the pair."""
+    title = f"Contour: {plain(snap.metric)} over two parameters"
+    trials = _sample(snap, MAX_POINTS)
+    names = snap.param_names[:MAX_CONTOUR_PARAMS]
+    if len(names) < 2 or len(trials) < 3:
+        return message_figure(title, "Needs two parameters and three completed trials.")
+    values = np.fromiter((t.value for t in trials), float, len(trials))
+    axes = {n: axis_of(snap, n, trials) for n in names}
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    fig = go.Figure(layout=base_layout(title + f" ({len(trials)} completed trials)", height=560))
+    buttons = []
+    for k, (a, b) in enumerate(pairs):
+        for trace in _pair_traces(axes[a], axes[b], values, snap, visible=k == 0):
+            fig.add_trace(trace)
+        visible = [j // 2 == k for j in range(2 * len(pairs))]
+        layout = {"xaxis.title.text": plain(a), "yaxis.title.text": plain(b),
+                  **{f"xaxis.{key}": v for key, v in _axis_layout(axes[a]).items()},
+                  **{f"yaxis.{key}": v for key, v in _axis_layout(axes[b]).items()}}
+        buttons.append({"label": plain(f"{short(a, 20)} × {short(b, 20)}"), "method": "update",
+                        "args": [{"visible": visible}, layout]})
+        if k == 0:
+            fig.update_layout(xaxis={"title": {"text": plain(a)}, **_axis_layout(axes[a])},
+                              yaxis={"title": {"text": plain(b)}, **_axis_layout(axes[b])})
+    if len(pairs) > 1:
+        fig.update_layout(updatemenus=[menu(buttons, direction="down")])
+    return fig
+
+
+def _pair_traces(x: Axis, y: Axis, values: np.ndarray, snap: Snapshot, visible: bool) -> list:
+    colours = {"colorscale": "Viridis", "reversescale": not snap.maximize}
+    traces = []
+    grid = _grid(x, y, values)
+    if grid is not None:
+        gx, gy, gz = grid
+        traces.append(go.Contour(x=gx, y=gy, z=gz, visible=visible, showscale=True, opacity=0.85,
+                                 colorbar={"title": {"text": plain(snap.metric)}},
+                                 contours={"coloring": "heatmap"}, line={"width": 0.5},
+                                 hoverinfo="skip", **colours))
+    else:  # too few distinct points to interpolate: the points alone
+        traces.append(go.Scatter(x=[], y=[], visible=visible, showlegend=False))
+    traces.append(go.Scatter(
+        x=x.values, y=y.values, mode="markers", visible=visible, showlegend=False,
+        customdata=values, marker={"size": 7, "color": values, "line": {"width": 1, "color": "#fff"},
+                                   **colours},
+        hovertemplate="%{x}, %{y}<br>%{customdata:.6g}<extra></extra>"))
+    return traces
+
+
+def _grid(x: Axis, y: Axis, values: np.ndarray) -> tuple | None:
+    """A GRID x GRID linear interpolation of the values, in each axis's drawn units."""
+    from scipy.interpolate import griddata  # scikit-learn's dependency; only when drawn
+
+    def drawn(axis: Axis) -> np.ndarray:
+        return np.log10(axis.values) if axis.kind == "log" else axis.values
+
+    px, py = drawn(x), drawn(y)
+    ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(values)
+    if ok.sum() < 3 or np.ptp(px[ok]) == 0 or np.ptp(py[ok]) == 0:
+        return None
+    lo_x, hi_x, lo_y, hi_y = px[ok].min(), px[ok].max(), py[ok].min(), py[ok].max()
+    sx, sy = np.linspace(lo_x, hi_x, GRID), np.linspace(lo_y, hi_y, GRID)
+    mx, my = np.meshgrid(sx, sy)
+    # Scaled to the unit square so that neither parameter's units dominate.
+    points = np.column_stack([(px[ok] - lo_x) / (hi_x - lo_x), (py[ok] - lo_y) / (hi_y - lo_y)])
+    try:
+        z = griddata(points, values[ok], ((mx - lo_x) / (hi_x - lo_x), (my - lo_y) / (hi_y - lo_y)),
+                     method="linear")
+    except (ValueError, RuntimeError):  # e.g. every point on one line (Qhull refuses)
+        return None
+    if np.isnan(z).all():
+        return None
+    back = (lambda v: 10 ** v)
+    return (back(sx) if x.kind == "log" else sx, back(sy) if y.kind == "log" else sy, z)
