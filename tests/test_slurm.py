@@ -139,7 +139,10 @@ def test_walltime_stops_cleanly_and_resubmission_resumes(cluster, tmp_path):
     ended = cut["ended"]  # what the job recorded: 128 + SIGUSR1, nothing left running
     assert (ended["exit_status"], ended["clean"], ended["left_running"]) == (138, True, 0), ended
     assert "hpo: SIGUSR1 received, stopping the study" in output(cut)
-    assert "resume it with: hpo submit" in output(cut)
+    # The printed resume command names the run directory: it works from anywhere.
+    resume = output(cut).split("resume it with: ", 1)[1].splitlines()[0]
+    assert resume == cut["resubmit"] and f"--runs-dir={run_dir.parent}" in resume, resume
+    assert " -m hpo submit " in resume
     shown = hpo(cluster, tmp_path, "jobs", run_dir).stdout
     assert "stopped cleanly on SIGUSR1 before the walltime" in shown, shown
     complete = [t for t in trials(run_dir) if t.state.name == "COMPLETE"]
