@@ -17,7 +17,7 @@ from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
 from hpo.launchers.records import JOBS_FILE, append_job, read_ending, read_jobs
-from hpo.launchers.request import BatchRequest
+from hpo.launchers.request import SIGNAL_SLACK_S, BatchRequest
 from hpo.launchers.site import Site, check_scratch, load_site
 from hpo.launchers.slurm import JobStatus, SlurmProvider, require
 from hpo.launchers.states import JobState
@@ -163,7 +163,8 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _check_run_dir(run_dir, spec, args.storage)
     if not args.dry_run:
         check_free(run_dir, args.after)
-    for warning in request.warnings():
+    # A COMPSs study stops on its own budget; a Dask one on SLURM's signal, which may come early.
+    for warning in request.warnings(0 if args.engine == "compss" else SIGNAL_SLACK_S):
         print(warning, file=sys.stderr)
     resubmit = resubmit_line(args, parser, site)
     job = _job(args, spec, space.resolve(), run_dir, request, site, pythonpath, resubmit)

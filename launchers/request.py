@@ -68,18 +68,23 @@ class BatchRequest:
                 raise UsageError(f"--extra {option!r}: not an option.\n"
                                  "  fix: pass it with its dashes, e.g. --extra=--reservation=NAME")
 
-    def warnings(self) -> list[str]:
+    def warnings(self, signal_slack_s: int = SIGNAL_SLACK_S) -> list[str]:
         """What is allowed but likely a mistake: a stop margin above a quarter of
-        the walltime leaves the study little time (and SLURM may signal up to
-        ``SIGNAL_SLACK_S`` earlier still)."""
+        the walltime leaves the study little time, and SLURM's signal may come
+        ``signal_slack_s`` earlier still (0 for COMPSs, which stops on a budget).
+
+        >>> BatchRequest(nodes=1, time_min=2).warnings() == []  # 30 s of 120
+        True
+        """
         walltime, margin = self.time_min * 60, self.stop_before
         if margin <= walltime * _MARGIN_SHARE:
             return []
         given = "--stop-before" if self.stop_before_s is not None else "the default stop margin"
-        earliest = max(0, walltime - margin - SIGNAL_SLACK_S)
+        earlier = f", and SLURM may signal up to {signal_slack_s} s earlier" if signal_slack_s else ""
+        earliest = max(0, walltime - margin - signal_slack_s)
         return [f"hpo: warning: --time {self.time_min} ({walltime} s) with {given} of {margin} s: "
-                f"the study is told to stop {margin} s before the walltime, and SLURM may signal "
-                f"up to {SIGNAL_SLACK_S} s earlier, so it may stop after only {earliest} s.\n"
+                f"the study is told to stop {margin} s before the walltime{earlier}, so it may "
+                f"stop after only {earliest} s.\n"
                 f"  fix: a smaller --stop-before (at most {int(walltime * _MARGIN_SHARE)} s, a "
                 f"quarter of the walltime) or a longer --time"]
 

@@ -58,8 +58,8 @@ def test_objective_beside_the_space_submits_from_another_directory(tmp_path):
     export = next(line for line in proc.stdout.splitlines() if line.startswith("export PYTHONPATH="))
     assert export.startswith(f"export PYTHONPATH={space.parent}:{elsewhere}"), export
     # What was checked is what the job has: its PYTHONPATH line imports the objective.
-    job = subprocess.run(["bash", "-c", f"{export}\n{shlex.quote(sys.executable)} -c "
-                          "'from hpo.trial import resolve_objective as r; print(r(\"beside_objective:train\")({\"x\": 2}, None))'"],
+    probe = "from hpo.trial import resolve_objective as r; print(r('beside_objective:train')({'x': 2}, None))"
+    job = subprocess.run(["bash", "-c", f"{export}\n{shlex.quote(sys.executable)} -c {shlex.quote(probe)}"],
                          cwd=elsewhere, capture_output=True, text=True, timeout=60,
                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert job.stdout.strip() == "{'value': 2.0}", job.stderr
@@ -157,6 +157,12 @@ def test_a_large_stop_margin_is_warned_about(hpo, space, options, warned):
         assert "hpo: warning:" in err and "fix: a smaller --stop-before" in err, err
         for words in warned:
             assert words in err, err
+
+
+def test_compss_margin_warning_has_no_signal_slack(hpo, space):
+    status, _, err = hpo("submit", space, "--engine", "compss", "--nodes", "2", "--time", "1",
+                         "--sc-cfg", "x.cfg", "--dry-run")
+    assert status == 0 and "may stop after only 30 s" in err and "SLURM may signal" not in err, err
 
 
 # -- item 8: help ----------------------------------------------------------------
