@@ -42,6 +42,10 @@ def test_keras_quick_start_records_every_trial(dask_address, worker_pids, tmp_pa
         used.add(run["pid"])
     assert len(used) == 2  # both worker processes trained
     assert result.best.value == max(t.value for t in trials)
+    run = RunDir(tmp_path / "digits-quick")  # optuna-dashboard shows the metric by name
+    study = optuna.load_study(study_name="digits-quick", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(run.storage_url())))
+    assert study.metric_names == ["val_accuracy"]
 
 
 def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):

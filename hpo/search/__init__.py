@@ -7,6 +7,7 @@ Optuna sampler object.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import optuna
@@ -23,11 +24,17 @@ __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_st
 
 
 def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:
-    """Create the study in ``storage``, or load it to resume."""
-    return optuna.create_study(
+    """Create the study in ``storage``, or load it to resume; the metric's name
+    is the study's metric name in Optuna (optuna-dashboard shows it)."""
+    study = optuna.create_study(
         study_name=spec.name, storage=storage, direction=spec.metric.direction,
         sampler=ProposalSampler(spec.distributions()), load_if_exists=True,
     )
+    if study.metric_names != [spec.metric.name]:  # written once, not at every resume
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([spec.metric.name])
+    return study
 
 
 def open_search(spec: "StudySpec", study: optuna.Study,
