@@ -117,11 +117,14 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         size = size or PAGE_SIZE
         message = ""
         try:
-            selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query)
+            selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query,
+                                         leaderboard.columns(snap))
+            if not selected and filter_query:
+                message = "No trial matches the filter."
         except ValueError as exc:
             # Say why rather than show an empty table; the rows stay unfiltered.
             selected = leaderboard.query(leaderboard.rows(snap), sort_by, "")
-            message = f"{exc}; showing every trial."
+            message = f"Filter not applied: {exc}; showing every trial."
         page = page or 0
         pages = max(1, -(-len(selected) // size))
         shown = selected[page * size:(page + 1) * size]

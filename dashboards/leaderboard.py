@@ -153,11 +153,18 @@ def _as_float(text: str) -> float | None:
 
 
 def query(table: tuple[dict[str, Any], ...] | list[dict[str, Any]], sort_by: list[dict] | None = None,
-          filter_query: str | None = None) -> list[dict[str, Any]]:
+          filter_query: str | None = None,
+          cols: tuple[dict[str, str], ...] | None = None) -> list[dict[str, Any]]:
     """The rows that pass ``filter_query``, ordered by ``sort_by`` (DataTable's
-    ``[{"column_id": ..., "direction": "asc"|"desc"}]``); blanks sort last."""
+    ``[{"column_id": ..., "direction": "asc"|"desc"}]``); blanks sort last.
+
+    With ``cols`` (:func:`columns`), a comparison of a numeric column with
+    text is refused (ValueError) rather than matching nothing."""
     selected = list(table)
-    for column, op, value in parse_filter(filter_query):
+    terms = parse_filter(filter_query)
+    if cols is not None:
+        _check_terms(terms, cols)
+    for column, op, value in terms:
         selected = [r for r in selected if _matches(r.get(column), op, value)]
     for key in reversed(sort_by or []):
         column, descending = key["column_id"], key.get("direction") == "desc"
@@ -166,6 +173,18 @@ def query(table: tuple[dict[str, Any], ...] | list[dict[str, Any]], sort_by: lis
         present.sort(key=lambda r: _sort_key(r[column]), reverse=descending)
         selected = present + blank
     return selected
+
+
+def _check_terms(terms: list[tuple[str, str, str]], cols: tuple[dict[str, str], ...]) -> None:
+    by_id = {c["id"]: c for c in cols}
+    for column, op, value in terms:
+        col = by_id.get(column)
+        if col is None:
+            raise ValueError(f"no column {column!r} to filter on")
+        if col["type"] == "numeric" and op in ("=", "!=", "<", "<=", ">", ">=") \
+                and _as_float(value) is None:
+            raise ValueError(f"{col['name']}: {value!r} is not a number (write e.g. > 0.9, <= 10, "
+                             "= 3)")
 
 
 def _sort_key(cell: Any) -> tuple:

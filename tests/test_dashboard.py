@@ -500,3 +500,12 @@ def test_timeline_shows_instant_failures_and_what_each_trial_was(rich_study):
     span = max(t.ended_at for t in snap.trials) - min(t.started_at for t in snap.trials)
     assert min(failed.x) >= span * timeline.MIN_BAR_FRACTION * 1000 * 0.999
     assert "lr=" in failed.customdata[0][2] and "batch=128" in failed.customdata[0][2]
+
+
+def test_a_filter_comparing_a_number_column_with_text_is_refused_with_a_reason(grid):
+    snap = load_snapshot(grid)
+    cols = leaderboard.columns(snap)
+    # What the table sends for "abc >" typed under the value column.
+    with pytest.raises(ValueError, match="value: 'abc >' is not a number"):
+        leaderboard.query(leaderboard.rows(snap), None, '{value} s= "abc >"', cols)
+    assert len(leaderboard.query(leaderboard.rows(snap), None, "{value} s> -2", cols)) > 0
