@@ -136,14 +136,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("space", help="the search space JSON file (see README: The space file)")
     run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
                      help="auto: compss under runcompss, else dask")
-    run.add_argument("--scheduler", metavar="ADDRESS_OR_FILE", help="dask: address or scheduler file of a running scheduler")
+    run.add_argument("--scheduler", metavar="ADDRESS_OR_FILE",
+                     help="dask: address or scheduler file of a running scheduler")
     run.add_argument("--workers", type=_positive_int, metavar="N",
                      help="dask: worker processes of the embedded cluster "
                           "(default: one per trial slot that fits the machine)")
-    run.add_argument("--storage", metavar="URL", help="Optuna storage URL instead of the run directory's journal")
+    run.add_argument("--storage", metavar="URL",
+                     help="Optuna storage URL instead of the run directory's journal")
     run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent of run directories")
     run.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
-    run.add_argument("--objective", metavar="MODULE:FUNCTION", help="package.module:function to optimise (default: the space's)")
+    run.add_argument("--objective", metavar="MODULE:FUNCTION",
+                     help="package.module:function to optimise (default: the space's)")
     run.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
                      help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
     run.add_argument("--max-trials", type=_positive_int, metavar="N",

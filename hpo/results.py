@@ -12,10 +12,10 @@ from typing import Any
 import optuna
 
 from hpo.store import RunDir, StudyStore
-from hpo.units import format_number, format_seconds
 from hpo.store.records import (
     ENDED_BY_ATTR, Cost, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
 )
+from hpo.units import format_number, format_seconds
 
 __all__ = ["TrialRecord", "StudyResult", "record_fields"]
 

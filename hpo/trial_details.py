@@ -16,9 +16,9 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
+from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
 from hpo.store.records import ENDED_BY_ATTR, grouped_attrs, run_of
-from hpo.results import TrialRecord, record_fields
 from hpo.trial._log import log_path
 from hpo.units import format_number, format_resource_time, format_seconds
 
