@@ -41,7 +41,7 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
         # The full error on hover (the cell is cut); the whole traceback is on the trial page.
         tooltip_data=[], tooltip_duration=None, tooltip_delay=300,
-        css=_TABLE_CSS,
+        css=_TABLE_CSS + _right_packed(leaderboard.columns(snap)),
         style_data_conditional=[
             {"if": {"filter_query": f'{{state}} = "{state}"', "column_id": "state"},
              "color": colour} for state, colour in (("FAILED", "#d62728"), ("TIMEOUT", "#9467bd"),
@@ -140,6 +140,12 @@ _TABLE_CSS = [
     {"selector": "th.dash-header[data-dash-column] .column-header-name", "rule": "flex: 0 1 auto;"},
     {"selector": "td.dash-cell", "rule": "cursor: pointer;"},
 ]
+
+
+def _right_packed(columns: tuple[dict[str, str], ...]) -> list[dict[str, str]]:
+    """Numeric headers sit at the right, over their right-aligned numbers."""
+    return [{"selector": f'th.dash-header[data-dash-column="{c["id"]}"] > div',
+             "rule": "justify-content: flex-start;"} for c in columns if c["type"] == "numeric"]
 
 
 def warm_up() -> None:

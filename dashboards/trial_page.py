@@ -112,7 +112,8 @@ def metrics_figure(trial: TrialView) -> go.Figure:
                           annotation_text=event["kind"], annotation_position="top")
     fig.update_xaxes(title_text="step", row=max(len(names), 1), col=1)
     fig.update_layout(base_layout(f"Trial {trial.number}: every reported metric",
-                                  height=max(300, 60 + 200 * len(names)), showlegend=False))
+                                  height=max(300, 60 + 170 * len(names)), showlegend=False,
+                                  margin={"l": 60, "r": 20, "t": 60, "b": 40}))
     return fig
 
 
@@ -129,20 +130,25 @@ def page(snap: Snapshot, number: int | None) -> list[Any]:
         return [html.P(f"Trial {number}: not in this study ({span}).", id="trial-missing",
                        style={"color": "#d62728"})]
     t = found.trial
-    parts: list[Any] = [
-        html.H3([f"Trial {t.number} ", html.Span(t.state.value, style={
-            "color": STATE_COLOURS.get(t.state.value, "#333")})], id="trial-title"),
+    about: list[Any] = [
         _facts(snap, found),
         html.H4("Parameters"), _table(["parameter", "value"], [[k, _text(v)] for k, v in t.params.items()],
                                       "trial-params"),
     ]
     if t.metrics:
-        parts += [html.H4("Last metrics"), _table(["metric", "value"],
+        about += [html.H4("Last metrics"), _table(["metric", "value"],
                                                   [[k, _text(v)] for k, v in t.metrics.items()],
                                                   "trial-metrics")]
-    if t.reports:
-        parts.append(dcc.Graph(id="trial-curves", figure=metrics_figure(t),
-                               config={"displaylogo": False}))
+    side = [dcc.Graph(id="trial-curves", figure=metrics_figure(t), config={"displaylogo": False})] \
+        if t.reports else [html.P("No step reported.", className="what")]
+    parts: list[Any] = [
+        html.H3([f"Trial {t.number} ", html.Span(t.state.value, style={
+            "color": STATE_COLOURS.get(t.state.value, "#333")})], id="trial-title"),
+        # Facts beside the curves: one screen shows what the trial was and did.
+        html.Div(style={"display": "flex", "gap": "2em", "flexWrap": "wrap"}, children=[
+            html.Div(about, style={"flex": "0 0 auto", "maxWidth": "28em"}),
+            html.Div(side, style={"flex": "1 1 30em", "minWidth": "20em"})]),
+    ]
     parts += _failures(found)
     if t.events:
         parts += [html.H4("Events"), _table(
