@@ -131,7 +131,6 @@ def _parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".",
                                    parents=[common], formatter_class=_HelpFormatter)
 
-    algorithms = ", ".join(ALGORITHMS.names)
     run = command("run", help="run or resume a study")
     run.add_argument("space", help="the search space JSON file (see README: The space file)")
     run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
@@ -141,21 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=_positive_int, metavar="N",
                      help="dask: worker processes of the embedded cluster "
                           "(default: one per trial slot that fits the machine)")
-    run.add_argument("--storage", metavar="URL",
-                     help="Optuna storage URL instead of the run directory's journal")
-    run.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent of run directories")
-    run.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
-    run.add_argument("--objective", metavar="MODULE:FUNCTION",
-                     help="package.module:function to optimise (default: the space's)")
-    run.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
-                     help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
-    run.add_argument("--max-trials", type=_positive_int, metavar="N",
-                     help="trial budget (default: the space's; a grid's size)")
-    run.add_argument("--parallel", type=_positive_int, metavar="N",
-                     help="trials in flight at once (default: the space's, else every slot)")
-    run.add_argument("--seed", type=int, help="seed of random and Bayesian search (0 to 2**32-1)")
-    run.add_argument("--timeout-s", type=_positive_float, metavar="S",
-                     help="wall-clock budget of the study, seconds")
+    add_study_options(run, parallel_default="the space's, else every slot")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.add_argument("--allow-changes", action="store_true",
                      help="resume although the space, fixed values, objective or metric name "
@@ -165,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = command("validate", help="check a space file and say what it would run")
     validate.add_argument("space", help="the search space JSON file")
     validate.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
-                          help=f"check it as searched by: {algorithms}")
+                          help=f"check it as searched by: {', '.join(ALGORITHMS.names)}")
     validate.set_defaults(handler=_validate)
 
     status = command("status", help="the leaderboard, counts by state and the best trial")
@@ -201,6 +186,28 @@ def _parser() -> argparse.ArgumentParser:
     add_review_commands(command)
     add_launch_commands(command)
     return parser
+
+
+def add_study_options(parser, *, parallel_default: str, timeout_default: str = "none") -> None:
+    """The options that name, place and size a study, as ``hpo run`` and
+    ``hpo submit`` share them (``parser``: a parser or an argument group)."""
+    algorithms = ", ".join(ALGORITHMS.names)
+    parser.add_argument("--runs-dir", default="runs", metavar="DIR", help="parent of run directories")
+    parser.add_argument("--storage", metavar="URL",
+                        help="Optuna storage URL instead of the run directory's journal")
+    parser.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
+    parser.add_argument("--objective", metavar="MODULE:FUNCTION",
+                        help="package.module:function to optimise (default: the space's)")
+    parser.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
+                        help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
+    parser.add_argument("--max-trials", type=_positive_int, metavar="N",
+                        help="trial budget (default: the space's; a grid's size)")
+    parser.add_argument("--parallel", type=_positive_int, metavar="N",
+                        help=f"trials in flight at once (default: {parallel_default})")
+    parser.add_argument("--seed", type=int, help="seed of random and Bayesian search, 0 to 2**32-1 "
+                                                 "(default: the space's)")
+    parser.add_argument("--timeout-s", type=_positive_float, metavar="S",
+                        help=f"wall-clock budget of the study, seconds (default: {timeout_default})")
 
 
 class _HelpFormatter(argparse.HelpFormatter):

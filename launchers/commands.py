@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
-from hpo.registry import ALGORITHMS, ENGINES
+from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
@@ -114,24 +114,10 @@ def _engine_options(p) -> None:
 
 
 def _study_options(p) -> None:
-    algorithms = ", ".join(ALGORITHMS.names)
-    p.add_argument("--runs-dir", default="runs", metavar="DIR",
-                   help="parent of run directories (default: %(default)s)")
-    p.add_argument("--storage", metavar="URL",
-                   help="Optuna storage URL instead of the run directory's journal (default: none)")
-    p.add_argument("--name", help="study name (default: the space's \"name\", else the file's name)")
-    p.add_argument("--objective", metavar="MODULE:FUNCTION",
-                   help="package.module:function to optimise (default: the space's)")
-    p.add_argument("--algorithm", choices=ALGORITHMS.names, metavar="ALGORITHM",
-                   help=f"search algorithm, one of: {algorithms} (default: the space's, else grid)")
-    p.add_argument("--max-trials", type=int, metavar="N",
-                   help="trial budget (default: the space's; a grid's size)")
-    p.add_argument("--parallel", type=int, metavar="N",
-                   help="trials in flight at once (default: the space's, else the allocation's slots)")
-    p.add_argument("--seed", type=int, help="seed of random and Bayesian search (default: the space's)")
-    p.add_argument("--timeout-s", type=float, metavar="S",
-                   help="wall-clock budget of the study, seconds (default: none; compss: the "
-                        "walltime minus --stop-before at most)")
+    from hpo.cli import add_study_options
+
+    add_study_options(p, parallel_default="the space's, else the allocation's slots",
+                      timeout_default="none; compss: the walltime minus --stop-before at most")
 
 
 # -- hpo submit ------------------------------------------------------------------
