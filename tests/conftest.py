@@ -85,3 +85,40 @@ def wait_for(condition, timeout: float = 90, what: str = "condition"):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- hpo submit and the launchers, called in this process -------------------------
+
+
+@pytest.fixture
+def no_user_site(monkeypatch, tmp_path):
+    """No site profile of the machine's user leaks into the batch scripts."""
+    monkeypatch.delenv("HPO_SITE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+@pytest.fixture
+def hpo(monkeypatch, capsys, tmp_path):
+    """Run ``hpo ARGS`` in this process from tmp_path; returns (status, stdout, stderr)."""
+    import signal
+
+    from hpo.cli import main
+
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's own handlers
+    monkeypatch.chdir(tmp_path)
+
+    def call(*args):
+        status = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return status, out, err
+    return call
+
+
+@pytest.fixture
+def space(tmp_path) -> Path:
+    """A toy space file."""
+    import json
+
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps(toy_space("toy")))
+    return path

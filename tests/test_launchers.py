@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, toy_space
-from hpo.cli import main
 from hpo.launchers import JobState, SlurmProvider, SrunLauncher, SubmitError
 from hpo.launchers.dask_node import worker_settings
 from hpo.launchers.records import append_job, read_jobs, write_ending
@@ -27,39 +25,15 @@ from hpo.launchers.request import BatchRequest
 from hpo.launchers.states import from_slurm
 from hpo.store import MasterLease
 
+# hpo, space: tests/conftest.py; no site profile of this machine's user leaks in.
+pytestmark = pytest.mark.usefixtures("no_user_site")
+
 # The enqueue_compss flags DESIGN.md lists (COMPSs 3.3 sources).
 ENQUEUE_FLAGS = {"--num_nodes", "--exec_time", "--qos", "--queue", "--project_name",
                  "--cpus_per_node", "--gpus_per_node", "--worker_in_master_cpus",
                  "--worker_in_master_memory", "--worker_working_dir", "--master_working_dir",
                  "--log_dir", "--job_dependency", "--sc_cfg", "--pythonpath", "--node_memory",
                  "--python_interpreter", "--wall_clock_limit", "--env_script"}
-
-
-@pytest.fixture(autouse=True)
-def no_user_site(monkeypatch, tmp_path):
-    """No site profile of the machine's user leaks into the scripts (test_submit_site.py)."""
-    monkeypatch.delenv("HPO_SITE", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-@pytest.fixture
-def hpo(monkeypatch, capsys, tmp_path):
-    """Run ``hpo ARGS`` in this process from tmp_path; returns (status, stdout, stderr)."""
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's own handlers
-    monkeypatch.chdir(tmp_path)
-
-    def call(*args):
-        status = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return status, out, err
-    return call
-
-
-@pytest.fixture
-def space(tmp_path) -> Path:
-    path = tmp_path / "toy.json"
-    path.write_text(json.dumps(toy_space("toy")))
-    return path
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ import pytest
 from conftest import toy_space
 from hpo.cli import _parser
 from hpo.registry import ALGORITHMS
-from test_submit_site import hpo, no_user_site, space  # noqa: F401 (fixtures)
+
+# hpo, space: tests/conftest.py; no site profile of this machine's user leaks in.
+pytestmark = pytest.mark.usefixtures("no_user_site")
 
 OBJECTIVE = "def train(config, trial):\n    return {'value': float(config['x'])}\n"
 

@@ -5,44 +5,18 @@ SLURM. A real job whose set-up reaches the trials is in test_slurm.py.
 
 from __future__ import annotations
 
-import json
 import shlex
-import signal
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, toy_space
-from hpo.cli import main
+from conftest import ROOT
 from test_launchers import check_shell, directives, flags_of
 
+# hpo, space: tests/conftest.py; no site profile of this machine's user leaks in.
+pytestmark = pytest.mark.usefixtures("no_user_site")
+
 SITES = ROOT / "launchers" / "sites"
-
-
-@pytest.fixture(autouse=True)
-def no_user_site(monkeypatch, tmp_path):
-    """No profile of the machine's user leaks in."""
-    monkeypatch.delenv("HPO_SITE", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-@pytest.fixture
-def hpo(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's own handlers
-    monkeypatch.chdir(tmp_path)
-
-    def call(*args):
-        status = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return status, out, err
-    return call
-
-
-@pytest.fixture
-def space(tmp_path) -> Path:
-    path = tmp_path / "toy.json"
-    path.write_text(json.dumps(toy_space("toy")))
-    return path
 
 
 def profile(tmp_path: Path, text: str, name: str = "site.toml") -> Path:
