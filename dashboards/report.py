@@ -17,6 +17,7 @@ from hpo.dashboards.views import VIEWS, summary
 __all__ = ["build_report", "write_report"]
 
 LEADERBOARD_ROWS = 500
+FAILURES = 50
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -29,6 +30,9 @@ table.leaderboard th, table.leaderboard td { border: 1px solid #ddd; padding: 2p
 table.leaderboard th { background: #f3f3f3; position: sticky; top: 0; }
 td.numeric { text-align: right; font-variant-numeric: tabular-nums; }
 div.scroll { max-height: 40em; overflow: auto; }
+pre.traceback { background: #f6f6f6; border: 1px solid #ddd; padding: 0.5em; font-size: 0.8em;
+                white-space: pre-wrap; max-height: 30em; overflow: auto; }
+details { margin: 0.3em 0; }
 """
 
 
@@ -37,7 +41,7 @@ def build_report(snap: Snapshot) -> str:
     esc = html.escape
     nav = " ".join(f'<a href="#{key}">{esc(label)}</a>'
                    for key, label in [("leaderboard", "Leaderboard")] +
-                   [(v.key, v.label) for v in VIEWS])
+                   [(v.key, v.label) for v in VIEWS] + [("failures", "Failures")])
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>hpo report: {esc(snap.name)}</title><style>{_STYLE}</style></head><body>",
@@ -55,8 +59,31 @@ def build_report(snap: Snapshot) -> str:
                              config={"displaylogo": False, "responsive": True})
         parts.append(f"<section id=\"{view.key}\" class=\"view\"><h2>{esc(view.label)}</h2>"
                      f"<p class=\"what\">{esc(view.what)}</p>{div}</section>")
+    parts.append(_failures(snap))
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _failures(snap: Snapshot) -> str:
+    """Each failed attempt's error and whole traceback (the leaderboard has one line)."""
+    esc = html.escape
+    failed = [t for t in snap.trials if t.error or any(p.get("error") for p in t.previous)]
+    items = []
+    for t in failed[:FAILURES]:
+        attempts = [(p.get("attempt"), p.get("error") or {}) for p in t.previous if p.get("error")]
+        if t.error:
+            attempts.append((t.attempt, {"message": t.error, "traceback": t.traceback}))
+        for attempt, error in attempts:
+            line = error.get("message") if "type" not in error else f"{error['type']}: {error.get('message')}"
+            items.append(f"<details><summary>trial {t.number} ({esc(t.state.value.lower())}), attempt "
+                         f"{esc(str(attempt))}: {esc(str(line))}</summary><pre class=\"traceback\">"
+                         f"{esc(error.get('traceback') or '(no traceback was recorded)')}</pre></details>")
+    more = (f"<p class=\"note\">The first {FAILURES} of {len(failed)} trials with errors; "
+            f"<code>hpo status {esc(snap.run_dir)} --trial N</code> shows any of them.</p>"
+            if len(failed) > FAILURES else "")
+    body = "\n".join(items) or "<p class=\"what\">No trial failed.</p>"
+    return (f"<section id=\"failures\"><h2>Failures</h2><p class=\"what\">Each error in full, "
+            f"with its traceback (click a line to open it).</p>{body}{more}</section>")
 
 
 def write_report(run_dir: str | Path, output: str | Path) -> Path:

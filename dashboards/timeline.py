@@ -194,7 +194,7 @@ def utilisation(snap: Snapshot) -> go.Figure:
     if not len(iv.start):
         return message_figure(title, "No trial has started yet.")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.68, 0.32], horizontal_spacing=0.09,
-                        subplot_titles=("busy slots over time", "hours by outcome"))
+                        subplot_titles=("busy slots over time", "time by outcome"))
     t0, t1 = iv.start.min(), max(iv.end.max(), iv.start.min() + 1e-3)
     if 2 * len(iv.start) <= 4 * UTILISATION_BINS:
         times = np.concatenate([iv.start, iv.end])
@@ -215,9 +215,11 @@ def utilisation(snap: Snapshot) -> go.Figure:
                              line={"dash": "dash", "color": "#d62728"},
                              name=f"available slots ({source}: {slots})"), row=1, col=1)
     kinds = [k for k in spent["core_hours_by"] if spent["core_hours_by"][k] or spent["gpu_hours_by"][k]]
-    for key, name, colour in (("core_hours_by", "core-hours", "#1f77b4"),
-                              ("gpu_hours_by", "GPU-hours", "#ff7f0e")):
-        fig.add_trace(go.Bar(x=[plain(k.lower()) for k in kinds], y=[spent[key][k] for k in kinds],
+    unit, per_hour = _unit(max([spent["core_hours"], spent["gpu_hours"]]))
+    for key, name, colour in (("core_hours_by", f"core-{unit}", "#1f77b4"),
+                              ("gpu_hours_by", f"GPU-{unit}", "#ff7f0e")):
+        fig.add_trace(go.Bar(x=[plain(k.lower()) for k in kinds],
+                             y=[spent[key][k] * per_hour for k in kinds],
                              name=name, marker_color=colour,
                              hovertemplate="%{x}: %{y:.3g} " + name + "<extra></extra>"),
                       row=1, col=2)
@@ -226,8 +228,17 @@ def utilisation(snap: Snapshot) -> go.Figure:
     fig.update_layout(title_font_size=14)
     fig.update_xaxes(type="date", title_text="time (local)", row=1, col=1)
     fig.update_yaxes(title_text="slots", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="hours", row=1, col=2)
+    fig.update_yaxes(title_text=unit, row=1, col=2)
     return fig
+
+
+def _unit(hours: float) -> tuple[str, float]:
+    """The unit format_resource_time would use for ``hours``, and its count per hour."""
+    if hours * 3600 < 60:
+        return "seconds", 3600.0
+    if hours < 1:
+        return "minutes", 60.0
+    return "hours", 1.0
 
 
 @functools.lru_cache(maxsize=4)

@@ -300,7 +300,10 @@ def test_cost_of_a_small_study_is_shown_in_a_unit_that_fits(grid):
     snap = load_snapshot(grid)
     spent = timeline.cost(snap)
     assert spent["core_hours"] < 1 / 60 and "core-seconds" in summary(snap)
-    assert format_resource_time(spent["core_hours"]) in timeline.utilisation(snap).layout.title.text
+    fig = timeline.utilisation(snap)
+    assert format_resource_time(spent["core_hours"]) in fig.layout.title.text
+    bars = next(t for t in fig.data if t.name == "core-seconds")  # not 0.00 core-hours
+    assert max(bars.y) == pytest.approx(max(spent["core_hours_by"].values()) * 3600)
 
 
 # ------------------------------------------------------------------ leaderboard
@@ -509,3 +512,12 @@ def test_a_filter_comparing_a_number_column_with_text_is_refused_with_a_reason(g
     with pytest.raises(ValueError, match="value: 'abc >' is not a number"):
         leaderboard.query(leaderboard.rows(snap), None, '{value} s= "abc >"', cols)
     assert len(leaderboard.query(leaderboard.rows(snap), None, "{value} s> -2", cols)) > 0
+
+
+def test_report_holds_each_failure_with_its_whole_traceback(rich_study):
+    text = build_report(load_snapshot(rich_study))
+    section = text[text.index('<section id="failures">'):]
+    assert section.count("<details>") == 4 and "FloatingPointError: loss is nan at step 1" in section
+    assert "Traceback (most recent call last)" in section and "<script>window" not in section
+    for view in VIEWS:
+        assert f'id="plot-{view.key}"' in text

@@ -29,7 +29,10 @@ CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") 
                 "chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-HPO = [sys.executable, "-m", "hpo"]
+# The installed script: `python -m hpo run` with Dask workers is refused (the
+# workers would import __main__ again).
+_SCRIPT = Path(sys.executable).parent / "hpo"
+HPO = [str(_SCRIPT)] if _SCRIPT.exists() else ["hpo"]
 
 
 def run_study(runs_dir: Path) -> Path:
