@@ -70,7 +70,7 @@ import optuna  # noqa: E402
 import hpo  # noqa: E402
 from hpo.store import JOURNAL_FILE, RunDir  # noqa: E402
 from hpo.trial import TrialStatus  # noqa: E402
-from hpo.store.records import RUN_ATTR  # noqa: E402
+from hpo.store.records import run_of  # noqa: E402
 
 WORKERS = 3
 STEPS, STEP_S = 6, 0.15
@@ -417,7 +417,7 @@ def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None
     has reported at least one step and has at least 3 to go."""
     if not allow_in_lock and _journal_locked(study.run_dir):
         return None
-    pids = sorted({(t.user_attrs.get(RUN_ATTR) or {}).get("pid")
+    pids = sorted({run_of(t).get("pid")
                    for t in running_trials(study.run_dir, min_steps=1)
                    if len(t.intermediate_values) <= STEPS - 3} & set(study.cluster.workers))
     return rng.choice(pids) if pids else None

@@ -88,7 +88,7 @@ def refresh_round(run_dir: Path, name: str, new_trials: int = 100) -> float:
     template = study.trials[-new_trials - 20]  # a finished one, with its attributes
     study.add_trials([optuna.trial.create_trial(
         state=template.state, value=template.value, params=template.params,
-        distributions=template.distributions, user_attrs=template.user_attrs,
+        distributions=template.distributions, system_attrs=template.system_attrs,
         intermediate_values=template.intermediate_values) for _ in range(new_trials)])
     seconds, snap = timed(reader.snapshot)
     if len(snap.trials) != len(reader._views):

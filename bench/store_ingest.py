@@ -172,7 +172,7 @@ def _check_complete(label: str, kind: str, url: str, procs: int, reports: int) -
              optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url)))
     trials = optuna.load_study(study_name=STUDY, storage=fresh).get_trials(deepcopy=False)
     values = sum(len(t.intermediate_values) for t in trials)
-    attrs = sum(k.startswith(REPORT_ATTR) for t in trials for k in t.user_attrs)
+    attrs = sum(k.startswith(REPORT_ATTR) for t in trials for k in t.system_attrs)
     want_attrs = procs * reports if kind == "hpo" else 0
     if len(trials) != procs or values != procs * reports or attrs != want_attrs:
         raise RuntimeError(f"{label}: stored {len(trials)} trials, {values} values, {attrs} "

@@ -49,7 +49,7 @@ import optuna  # noqa: E402
 from distributed import LocalCluster  # noqa: E402
 
 from hpo.store import RunDir  # noqa: E402
-from hpo.store.records import RUN_ATTR  # noqa: E402
+from hpo.store.records import run_of  # noqa: E402
 
 POLICIES = {
     "fifo": {},
@@ -100,7 +100,7 @@ def run(policy: str, epochs: int, address: str, tmp: Path, target: float | None,
             study_proc.send_signal(signal.SIGTERM)  # the clean stop
             study_proc.wait()
     trials = _trials(run_dir)
-    start = min(t.user_attrs[RUN_ATTR]["started_at"] for t in trials if RUN_ATTR in t.user_attrs)
+    start = min(run_of(t)["started_at"] for t in trials if run_of(t))
     losses = {t.number: min(t.intermediate_values.values()) for t in trials if t.intermediate_values}
     best = min(losses, key=losses.get)
     done = good is not None and good <= set(reached)

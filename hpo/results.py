@@ -13,7 +13,7 @@ import optuna
 
 from hpo.store import RunDir, StudyStore
 from hpo.store.records import (
-    ENDED_BY_ATTR, Cost, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
+    ENDED_BY_ATTR, Cost, attr_of, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
 )
 from hpo.units import format_number, format_seconds
 
@@ -69,7 +69,7 @@ def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict
         started_at=run.get("started_at"), ended_at=run.get("ended_at"),
         duration_s=run.get("duration_s"), core_seconds=cost.core_seconds,
         gpu_seconds=cost.gpu_seconds, steps=steps,
-        error=_error_text(run, trial.user_attrs.get(ENDED_BY_ATTR)),
+        error=_error_text(run, attr_of(trial, ENDED_BY_ATTR)),
         traceback=(run.get("error") or {}).get("traceback"), events=events, segments=segments,
         cost=cost,
     )

@@ -18,7 +18,7 @@ import optuna
 from hpo.errors import UsageError
 from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
-from hpo.store.records import ENDED_BY_ATTR, grouped_attrs, run_of
+from hpo.store.records import ENDED_BY_ATTR, attr_of, grouped_attrs, run_of
 from hpo.trial._log import log_path
 from hpo.units import format_number, format_resource_time, format_seconds
 
@@ -116,7 +116,7 @@ def _error_lines(record: TrialRecord, trial: optuna.trial.FrozenTrial) -> list[s
         return record.traceback.rstrip().splitlines()
     if record.error:
         return [record.error]
-    ended_by = trial.user_attrs.get(ENDED_BY_ATTR)
+    ended_by = attr_of(trial, ENDED_BY_ATTR)
     return [f"{ended_by['reason']}: {ended_by['message']}"] if ended_by else []
 
 

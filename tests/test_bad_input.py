@@ -149,9 +149,9 @@ def test_failing_objectives_are_recorded_and_the_study_goes_on(dask_address, tmp
     stored = {t.params["mode"]: t for t in stored_trials(tmp_path / "misbehaving")}
     assert all(t.state.is_finished() for t in stored.values())
     assert all(t.intermediate_values == {0: 0.5} for t in stored.values())
-    raised = stored["raise"].user_attrs[RUN_ATTR]["error"]
+    raised = stored["raise"].system_attrs[RUN_ATTR]["error"]
     assert raised["type"] == "ValueError" and "Traceback" in raised["traceback"]
-    assert stored["hang"].user_attrs[RUN_ATTR]["timed_out"] is True
+    assert stored["hang"].system_attrs[RUN_ATTR]["timed_out"] is True
 
 
 # ------------------------------------------------------------ input at the limits

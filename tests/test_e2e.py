@@ -30,14 +30,14 @@ def test_keras_quick_start_records_every_trial(dask_address, worker_pids, tmp_pa
     assert len(trials) == 4 and result.counts["COMPLETE"] == 4
     used = set()
     for trial in trials:
-        run = trial.user_attrs[RUN_ATTR]
+        run = trial.system_attrs[RUN_ATTR]
         assert trial.state == optuna.trial.TrialState.COMPLETE and 0.1 < trial.value <= 1.0
         assert run["pid"] in worker_pids and run["pid"] != os.getpid() and run["host"]
         assert run["attempt"] == 1 and run["started_at"] < run["ended_at"]
         assert run["duration_s"] > 0 and run["core_seconds"] == pytest.approx(run["duration_s"])
         assert run["metrics"]["val_accuracy"] == pytest.approx(trial.value)
         assert len(trial.intermediate_values) == 8  # num_epochs, one report each
-        assert sum(k.startswith(REPORT_ATTR) for k in trial.user_attrs) == 8
+        assert sum(k.startswith(REPORT_ATTR) for k in trial.system_attrs) == 8
         assert os.path.isdir(RunDir(tmp_path / "digits-quick").checkpoint_dir(trial.number))
         used.add(run["pid"])
     assert len(used) == 2  # both worker processes trained
@@ -61,7 +61,7 @@ def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):
     # Stopped at its next report, and recorded as stopped (with its value), not failed.
     assert hpo.TrialStatus.of(slow) is hpo.TrialStatus.STOPPED and len(slow.intermediate_values) < 40
     assert slow.value == slow.intermediate_values[max(slow.intermediate_values)]
-    assert slow.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
+    assert slow.system_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
 
 
 def test_wall_clock_budget_stops_running_trials(dask_address, tmp_path):

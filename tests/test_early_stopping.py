@@ -15,7 +15,7 @@ from conftest import toy_space
 
 
 def events(trial: optuna.trial.FrozenTrial) -> list[dict]:
-    return [v for k, v in sorted(trial.user_attrs.items()) if k.startswith(EVENT_ATTR)]
+    return [v for k, v in sorted(trial.system_attrs.items()) if k.startswith(EVENT_ATTR)]
 
 
 def stored(tmp_path, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -110,7 +110,7 @@ def test_sklearn_trial_resumes_exactly_where_its_segment_stopped(tmp_path):
     assert list(curve(pieces)) == list(range(7))
     assert curve(pieces) == curve(whole)
     assert pieces.value == whole.value and pieces.state == optuna.trial.TrialState.COMPLETE
-    segments = [v for k, v in sorted(pieces.user_attrs.items()) if k.startswith(SEGMENT_ATTR)]
+    segments = [v for k, v in sorted(pieces.system_attrs.items()) if k.startswith(SEGMENT_ATTR)]
     assert [(s["first_step"], s["last_step"], s["outcome"]) for s in segments] == [
         (0, 2, "SUSPENDED"), (3, 5, "SUSPENDED"), (6, 6, "COMPLETE")]
     assert [(e["kind"], e["step"]) for e in events(pieces)] == [("suspended", 2), ("suspended", 5)]

@@ -215,7 +215,7 @@ def test_target_stop_cancels_the_queued_groups(compss, tmp_path):
     assert result.stop["reason"] == "target" and result.stop["trial"] == 0
     assert result.counts["COMPLETE"] + result.counts["CANCELLED"] == len(result.trials) < 8
     study = RunDir(tmp_path / "target").load_study()
-    assert all(RUN_ATTR not in t.user_attrs for t in study.trials if t.number > 1)
+    assert all(RUN_ATTR not in t.system_attrs for t in study.trials if t.number > 1)
 
 
 def test_compss_engine_without_pycompss_is_a_clear_error(tmp_path):

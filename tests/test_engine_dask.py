@@ -62,7 +62,7 @@ def _wait_for(condition, timeout=30.0):
 
 def _pids(result_dir) -> dict[int, int]:
     study = hpo.store.RunDir(result_dir).load_study()
-    return {t.number: t.user_attrs[RUN_ATTR]["pid"] for t in study.trials}
+    return {t.number: t.system_attrs[RUN_ATTR]["pid"] for t in study.trials}
 
 
 def test_gpu_trials_run_only_on_the_worker_with_a_gpu(mixed_cluster, tmp_path):
@@ -73,7 +73,7 @@ def test_gpu_trials_run_only_on_the_worker_with_a_gpu(mixed_cluster, tmp_path):
     assert result.counts["COMPLETE"] == 4
     assert set(_pids(tmp_path / "gpu").values()) == {pids["gpu-worker"]}
     study = hpo.store.RunDir(tmp_path / "gpu").load_study()
-    assert all(t.user_attrs[RUN_ATTR]["gpus"] == ["0"] for t in study.trials)
+    assert all(t.system_attrs[RUN_ATTR]["gpus"] == ["0"] for t in study.trials)
     assert all(r.gpu_seconds > 0 for r in result.trials)
 
 
@@ -119,7 +119,7 @@ def test_embedded_cluster_gives_each_worker_its_own_gpus(tmp_path, monkeypatch):
     result = hpo.run(space, engine="dask", runs_dir=tmp_path, progress=False)
     assert result.counts["COMPLETE"] == 4
     study = hpo.store.RunDir(tmp_path / "gpus").load_study()
-    assigned = [t.user_attrs[RUN_ATTR]["gpus"] for t in study.trials]
+    assigned = [t.system_attrs[RUN_ATTR]["gpus"] for t in study.trials]
     assert sorted(map(tuple, assigned)) == [("3",), ("3",), ("5",), ("5",)]
     spans = sorted((t.started_at, t.ended_at) for t in result.trials)
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))  # both GPUs busy at once

@@ -38,7 +38,7 @@ def test_failing_objective_is_retried_from_its_checkpoint(tmp_path, retries, sta
     (trial,) = hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False).trials
     assert trial.state is state
     if retries:
-        run = hpo.store.RunDir(tmp_path / "flaky").load_study().trials[0].user_attrs["hpo:run"]
+        run = hpo.store.RunDir(tmp_path / "flaky").load_study().trials[0].system_attrs["hpo:run"]
         assert trial.attempt == 2 and run["previous"][0]["error"]["type"] == "RuntimeError"
         assert run["previous"][0]["host"] == run["host"]
         (event,) = trial.events
@@ -80,7 +80,7 @@ def _running_pid(run_dir) -> int | None:
         (trial,) = hpo.store.RunDir(run_dir).load_study().trials
     except (hpo.UsageError, ValueError, KeyError):
         return None
-    run = trial.user_attrs.get("hpo:run")
+    run = trial.system_attrs.get("hpo:run")
     return run["pid"] if run and len(trial.intermediate_values) >= 3 else None
 
 

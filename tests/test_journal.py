@@ -115,13 +115,13 @@ def test_a_worker_append_sets_a_torn_tail_aside(run_dir, capsys):
     journal.write_bytes(journal.read_bytes()[:-40])  # trial 3's end, torn: it reads as running
     storage = open_storage(str(journal))
     [running] = [t for t in storage.get_all_trials(0) if t.state.name == "RUNNING"]
-    storage.set_trial_user_attr(StudyStore.trial_id(running), "hpo:heartbeat", 1.0)
+    storage.set_trial_system_attr(StudyStore.trial_id(running), "hpo:heartbeat", 1.0)
 
     assert "set aside" in capsys.readouterr().err
     assert len(aside(run_dir, "torn")) == 1
     trials = RunDir(run_dir).open_store(read_only=True).trials()
     assert len(trials) == 4
-    assert trials[running.number].user_attrs["hpo:heartbeat"] == 1.0
+    assert trials[running.number].system_attrs["hpo:heartbeat"] == 1.0
 
 
 # ------------------------------------------------------ damage in the middle

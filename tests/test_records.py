@@ -46,7 +46,7 @@ def test_a_retried_attempt_is_counted_once_in_results_and_dashboard(tmp_path):
                       resources={"cpus": 2}, fixed={"steps": 6, "step_s": 0.2}, space={"fail_at": [2]})
     result = hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
     (trial,) = result.trials
-    run = RunDir(tmp_path / "retry").open_store().trials()[0].user_attrs[RUN_ATTR]
+    run = RunDir(tmp_path / "retry").open_store().trials()[0].system_attrs[RUN_ATTR]
     (first,) = run["previous"]
     assert trial.attempt == 2 and first["error"]["type"] == "RuntimeError"
     # Each attempt's own cost: its busy time x 2 CPUs; the trial's: both together.

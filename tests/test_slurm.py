@@ -117,7 +117,7 @@ def test_one_worker_per_gpu(cluster, tmp_path):
     [job] = job_info(cluster, run_dir)
     assert job["state"] == "COMPLETED", output(job)
     assert "2 worker(s)" in output(job)
-    assigned = [tuple(t.user_attrs["hpo:run"]["gpus"]) for t in trials(run_dir)]
+    assigned = [tuple(t.system_attrs["hpo:run"]["gpus"]) for t in trials(run_dir)]
     # Each worker sees one of the node's two GPUs; trials ran on both.
     assert len(assigned) == 4 and set(assigned) == {("0",), ("1",)}, assigned
     assert_nothing_left(run_dir)

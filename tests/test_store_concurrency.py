@@ -87,7 +87,7 @@ def _dump(url: str, out_file: str) -> None:
         t.number: {
             "state": t.state.name,
             "intermediate": dict(t.intermediate_values),
-            "reports": {k: v for k, v in t.user_attrs.items() if k.startswith(REPORT_ATTR)},
+            "reports": {k: v for k, v in t.system_attrs.items() if k.startswith(REPORT_ATTR)},
         }
         for t in study.get_trials(deepcopy=False)
     }
@@ -99,14 +99,14 @@ def _check_prefix(trial: optuna.trial.FrozenTrial, reports: int, seen: dict[int,
     ``seen`` holds how many steps of each trial earlier snapshots checked: a
     step once seen must stay, and only the new ones are compared."""
     values = trial.intermediate_values
-    keys = [k for k in trial.user_attrs if k.startswith(REPORT_ATTR)]
+    keys = [k for k in trial.system_attrs if k.startswith(REPORT_ATTR)]
     assert len(values) <= reports and len(keys) <= reports
     assert len(values) >= seen.get(trial.number, 0), "a report seen earlier disappeared"
     for step in range(seen.get(trial.number, 0), len(values)):
         value = values.get(step)
         assert value == expected_metrics(trial.number, step)[METRIC], (step, value)
         if step < len(keys):
-            attr = trial.user_attrs.get(f"{REPORT_ATTR}{step:06d}")
+            attr = trial.system_attrs.get(f"{REPORT_ATTR}{step:06d}")
             assert attr == expected_metrics(trial.number, step), (step, attr)
     seen[trial.number] = len(values)
 
@@ -177,8 +177,8 @@ def _check_journal_file(path: Path, trial_ids: dict[int, int], reports: int) -> 
             writes[("value", log["trial_id"], log["step"])] += 1
             assert log["intermediate_value"] == \
                 expected_metrics(trial_ids[log["trial_id"]], log["step"])[METRIC]
-        elif "user_attr" in log:
-            (key, value), = log["user_attr"].items()
+        elif "system_attr" in log:
+            (key, value), = log["system_attr"].items()
             step = int(key.removeprefix(REPORT_ATTR))
             writes[("report", log["trial_id"], step)] += 1
             assert value == expected_metrics(trial_ids[log["trial_id"]], step)
@@ -195,7 +195,7 @@ def _check_sqlite_file(path: Path, trial_ids: dict[int, int], reports: int) -> N
         assert db.execute("PRAGMA foreign_key_check").fetchall() == []
         values = db.execute("SELECT trial_id, step, COUNT(*) FROM trial_intermediate_values "
                             "GROUP BY trial_id, step").fetchall()
-        attrs = db.execute("SELECT trial_id, key, COUNT(*) FROM trial_user_attributes "
+        attrs = db.execute("SELECT trial_id, key, COUNT(*) FROM trial_system_attributes "
                            "WHERE key LIKE 'hpo:report:%' GROUP BY trial_id, key").fetchall()
     assert {(t, s) for t, s, _ in values} == {(t, s) for t in trial_ids for s in range(reports)}
     assert {(t, k) for t, k, _ in attrs} == \

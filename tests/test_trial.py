@@ -36,11 +36,12 @@ def test_complete_trial_is_recorded_durably(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1, "steps": 4}, cpus=3)
     outcome = run_trial(task)
     stored = fresh(task)
-    run = stored.user_attrs[RUN_ATTR]
+    run = stored.system_attrs[RUN_ATTR]
     assert outcome.state is TrialStatus.COMPLETE and outcome.value == pytest.approx(0.0)
     assert stored.state == optuna.trial.TrialState.COMPLETE and stored.value == pytest.approx(0.0)
     assert stored.intermediate_values == {0: -0.75, 1: -0.5, 2: -0.25, 3: 0.0}
-    assert stored.user_attrs[f"{REPORT_ATTR}000002"] == {"value": -0.25}
+    assert stored.system_attrs[f"{REPORT_ATTR}000002"] == {"value": -0.25}
+    assert stored.user_attrs == {}  # the user's: hpo keeps its records in system attributes
     assert run["host"] == socket.gethostname() and run["pid"] == os.getpid()
     assert run["attempt"] == 1 and run["ended_at"] >= run["started_at"]
     assert run["core_seconds"] == pytest.approx(3 * run["duration_s"]) and run["gpu_seconds"] == 0
@@ -57,7 +58,7 @@ def test_complete_trial_is_recorded_durably(tmp_path):
 def test_user_errors_become_failed_records(tmp_path, objective, config, state, error_type, words):
     task = make_task(tmp_path, objective, config)
     outcome = run_trial(task)  # never raises because of user code
-    run = fresh(task).user_attrs[RUN_ATTR]
+    run = fresh(task).system_attrs[RUN_ATTR]
     assert outcome.state is state
     if error_type:
         assert run["error"]["type"] == error_type and words in run["error"]["message"]
@@ -68,7 +69,7 @@ def test_user_errors_become_failed_records(tmp_path, objective, config, state, e
 def test_wrong_return_values_fail_with_the_reason(tmp_path):
     task = make_task(tmp_path, lambda config, trial: {"accuracy": 0.9})
     assert run_trial(task).state is TrialStatus.FAILED
-    error = fresh(task).user_attrs[RUN_ATTR]["error"]
+    error = fresh(task).system_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "'value'" in error["message"]
     task = make_task(tmp_path, lambda config, trial: "good")
     assert run_trial(task).state is TrialStatus.FAILED
@@ -79,7 +80,7 @@ def test_time_limit_kills_the_trial_and_records_timeout(tmp_path):
                      time_limit_s=1.5, isolate=True)
     began = time.monotonic()
     outcome = run_trial(task)
-    run = fresh(task).user_attrs[RUN_ATTR]
+    run = fresh(task).system_attrs[RUN_ATTR]
     assert outcome.state is TrialStatus.TIMEOUT and time.monotonic() - began < 30
     assert run["timed_out"] and run["error"]["type"] == "TimeLimit"
 
@@ -95,15 +96,16 @@ def test_finished_trial_run_again_is_counted_once(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1})
     first = run_trial(task)
     second = run_trial(task)  # e.g. an engine retry after the result was stored
-    assert second == first and fresh(task).user_attrs[RUN_ATTR]["attempt"] == 1
+    assert second == first and fresh(task).system_attrs[RUN_ATTR]["attempt"] == 1
 
 
 def test_attempt_after_a_lost_worker_keeps_the_history(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
     lost = {"host": "node7", "pid": 1, "attempt": 1, "started_at": 1.0, "previous": []}
+    # Written where studies before kept it (a user attribute): read all the same.
     open_storage(task.storage).set_trial_user_attr(task.trial_id, RUN_ATTR, lost)
     run_trial(task)
-    run = fresh(task).user_attrs[RUN_ATTR]
+    run = fresh(task).system_attrs[RUN_ATTR]
     assert run["attempt"] == 2 and run["previous"][0]["host"] == "node7"
 
 
@@ -115,8 +117,8 @@ def test_should_stop_sees_the_study_stop(tmp_path):
     assert len(stored.intermediate_values) == 1  # stopped at its first report
     assert TrialStatus.of(stored) is TrialStatus.STOPPED  # not failed: it has its value
     assert stored.value == stored.intermediate_values[0]
-    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
-    events = [v for k, v in stored.user_attrs.items() if k.startswith(EVENT_ATTR)]
+    assert stored.system_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
+    events = [v for k, v in stored.system_attrs.items() if k.startswith(EVENT_ATTR)]
     assert [(e["kind"], e["step"]) for e in events] == [("stopped", 0)]
 
 
@@ -130,7 +132,7 @@ def test_median_pruner_prunes_a_clearly_worse_curve(tmp_path):
     assert run_trial(bad).state is TrialStatus.PRUNED
     stored = fresh(bad)
     assert len(stored.intermediate_values) == 1
-    assert stored.user_attrs[RUN_ATTR]["stop_reason"] == "pruned"
+    assert stored.system_attrs[RUN_ATTR]["stop_reason"] == "pruned"
 
 
 def test_report_rejects_wrong_types_precisely():
@@ -147,5 +149,5 @@ def test_isolated_trial_returning_something_unpicklable_fails_clearly(tmp_path):
     task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0}, isolate=True)
     task = TrialTask(**{**task.__dict__, "objective": lambda config, trial: (lambda: 1)})
     assert run_trial(task).state is TrialStatus.FAILED
-    error = fresh(task).user_attrs[RUN_ATTR]["error"]
+    error = fresh(task).system_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "lambda" in error["message"]

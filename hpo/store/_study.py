@@ -103,31 +103,32 @@ class StudyStore:
         return trial_id, self.storage.get_trial_number_from_id(trial_id)
 
     def write_run(self, trial_id: int, run: RunRecord) -> None:
-        self.storage.set_trial_user_attr(trial_id, RUN_ATTR, run)
+        self.write(trial_id, RUN_ATTR, run)
 
     def write(self, trial_id: int, key: str, value: Any) -> None:
-        self.storage.set_trial_user_attr(trial_id, key, value)
+        """One ``hpo`` attribute of a trial (records.py), in one write."""
+        self.storage.set_trial_system_attr(trial_id, key, value)
 
     def report(self, trial_id: int, step: int, metrics: dict[str, float], metric: str) -> None:
         """One step's metrics; the study's metric also as Optuna's intermediate
         value, which pruners and samplers read."""
         if metric in metrics:
             self.storage.set_trial_intermediate_value(trial_id, step, metrics[metric])
-        self.storage.set_trial_user_attr(trial_id, report_key(step), metrics)
+        self.write(trial_id, report_key(step), metrics)
 
     def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> None:
         """Write one decision on a trial; the master and workers both do."""
         event = event_record(kind, step, reason, socket.gethostname())
-        self.storage.set_trial_user_attr(trial_id, event_key(time.time_ns(), os.getpid()), event)
+        self.write(trial_id, event_key(time.time_ns(), os.getpid()), event)
 
     def beat(self, trial_id: int) -> None:
         """The trial's worker is alive now."""
-        self.storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+        self.write(trial_id, HEARTBEAT_ATTR, time.time())
 
     def abandon(self, trial_id: int) -> None:
         """A master that stops gives a running trial up: the next master resumes
         it at once instead of waiting for its heartbeat to go stale."""
-        self.storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
+        self.write(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
 
     def finish(self, trial_id: int, status: TrialStatus, value: float | None) -> bool:
         """End a trial with ``status``; False when it had ended already (the

@@ -1,7 +1,10 @@
 """The stored layout of a study: what ``hpo`` writes beside Optuna's own fields.
 
 Optuna's storage keeps each trial's state, parameters, value and intermediate
-values. ``hpo`` adds user attributes, one journal line per write:
+values. ``hpo`` adds trial system attributes (Optuna's place for what a
+library keeps about a trial, as its samplers do), one journal line per write;
+user attributes stay the user's, so tools that list them (optuna-dashboard's
+trial table) are not filled with a column per step and per event:
 
 ==============================  =======  ======================================
 key                             writer   content
@@ -17,6 +20,7 @@ key                             writer   content
                                          (a master that gave the trial up)
 ``hpo:ended_by``                master   :class:`EndedBy`: ended without result
 study ``hpo:stop``              master   why the study must stop, or None
+                                         (a study user attribute)
 ==============================  =======  ======================================
 
 The contract, for writers and readers:
@@ -30,7 +34,9 @@ The contract, for writers and readers:
   overwrite each other's.
 - Each write is durable when the call returns (the journal fsyncs appends).
 - A finished trial never changes: readers may cache what they built from it.
-- Readers accept older records: a missing key means "unknown".
+- Readers accept older records: a missing key means "unknown", and a key
+  among the user attributes (where studies written before kept them) counts
+  as the same key (:func:`attr_of`).
 
 Everything here is pure: builders return records, readers take Optuna's
 ``FrozenTrial``. :class:`hpo.store.StudyStore` writes them.
@@ -42,6 +48,7 @@ import enum
 import math
 import time
 from collections.abc import Iterable
+from itertools import chain
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypedDict
 
@@ -51,7 +58,7 @@ __all__ = [
     "RUN_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
-    "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
+    "attr_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
     "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
     "segment_key", "cost_of", "study_cost", "RETRIED",
 ]
@@ -217,10 +224,17 @@ class TrialAttrs(NamedTuple):
     segments: list[SegmentRecord]
 
 
+def attr_of(trial: optuna.trial.FrozenTrial, key: str, default: Any = None) -> Any:
+    """The trial's ``hpo`` attribute ``key``: a system attribute, or a user
+    attribute in a study written before they moved."""
+    system = trial.system_attrs
+    return system[key] if key in system else trial.user_attrs.get(key, default)
+
+
 def grouped_attrs(trial: optuna.trial.FrozenTrial) -> TrialAttrs:
     """One pass over a trial's attributes (it runs for every trial of a study)."""
     reports, events, segments = [], [], []
-    for key, value in trial.user_attrs.items():
+    for key, value in chain(trial.user_attrs.items(), trial.system_attrs.items()):
         if not key.startswith("hpo:") or not isinstance(value, dict):
             continue
         if key.startswith(REPORT_ATTR):
@@ -236,7 +250,7 @@ def grouped_attrs(trial: optuna.trial.FrozenTrial) -> TrialAttrs:
 
 def run_of(trial: optuna.trial.FrozenTrial) -> RunRecord:
     """The trial's run record ({} before a worker started it)."""
-    return trial.user_attrs.get(RUN_ATTR) or {}
+    return attr_of(trial, RUN_ATTR) or {}
 
 
 def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
@@ -252,7 +266,7 @@ def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
     if state == _OPTUNA.PRUNED:
         stopped = str(run.get("stop_reason") or "").startswith("stopped")
         return TrialStatus.STOPPED if stopped else TrialStatus.PRUNED
-    if trial.user_attrs.get(ENDED_BY_ATTR):
+    if attr_of(trial, ENDED_BY_ATTR):
         return TrialStatus.CANCELLED
     if run.get("timed_out"):
         return TrialStatus.TIMEOUT
@@ -278,7 +292,7 @@ def task_done(trial: optuna.trial.FrozenTrial, segment_before: int) -> bool:
 def last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
     """When the trial's worker last showed it was alive (0.0: never, or given up)."""
     run = run_of(trial)
-    beat = trial.user_attrs.get(HEARTBEAT_ATTR)
+    beat = attr_of(trial, HEARTBEAT_ATTR)
     started = run.get("segment_started_at") or run.get("started_at") or 0.0
     if isinstance(beat, dict):  # given up by a master that stopped; alive if started since
         return started if started > beat["abandoned_at"] else 0.0
@@ -388,7 +402,7 @@ def cost_of(trial: optuna.trial.FrozenTrial) -> Cost:
     """The cost of a stored trial, from its run record.
 
     >>> trial = optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=1.0,
-    ...     user_attrs={RUN_ATTR: {"cpus": 2, "core_seconds": 30.0, "previous": [
+    ...     system_attrs={RUN_ATTR: {"cpus": 2, "core_seconds": 30.0, "previous": [
     ...         {"attempt": 1, "core_seconds": 10.0, "gpu_seconds": 0.0}]}})
     >>> cost = cost_of(trial)
     >>> cost.core_seconds, cost.retried_core_seconds
