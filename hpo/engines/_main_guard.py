@@ -26,6 +26,9 @@ def refuse_unguarded_main() -> None:
     if dask.config.get("distributed.worker.multiprocessing-method", "spawn") == "fork":
         return  # forked workers do not import the script again
     main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and (spec.name == "__main__" or spec.name.endswith(".__main__")):
+        return  # `python -m package`: a package's __main__ is not imported again
     path = getattr(main, "__file__", None)
     line = _top_level_line(main)
     if not path or line is None or not str(path).endswith(".py"):
