@@ -160,8 +160,15 @@ def warm_up() -> None:
 
 
 def serve(app: dash.Dash, host: str, port: int) -> None:
-    """Serve until interrupted; one line per request would drown the terminal."""
+    """Serve until interrupted; one line per request would drown the terminal,
+    and the banners of Dash and Flask would repeat the URL ``hpo dashboard``
+    printed already, with a "development server" warning that does not apply
+    to a read-only page on 127.0.0.1."""
+    import flask.cli
+
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    logging.getLogger("dash.dash").setLevel(logging.WARNING)
+    flask.cli.show_server_banner = lambda *args, **kwargs: None
     warm_up()
     # The store just read (millions of objects for 100,000 trials) lives as long
     # as the server: keep the cyclic collector from rescanning it, which took

@@ -170,7 +170,7 @@ def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float,
     value = intermediate.get(done_steps - 1) if state in ("COMPLETE", "PRUNED") else None
     frozen = optuna.trial.create_trial(
         state=optuna_state, value=value, params=params, distributions=distributions,
-        user_attrs=attrs, intermediate_values=intermediate)
+        system_attrs=attrs, intermediate_values=intermediate)
     return frozen, ended
 
 
@@ -180,7 +180,7 @@ def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.Fro
         return {**d, **{k: d[k] + offset for k in keys if isinstance(d.get(k), float)}}
 
     attrs = {}
-    for key, value in trial.user_attrs.items():
+    for key, value in trial.system_attrs.items():
         if key == RUN_ATTR:
             value = move(value, "started_at", "ended_at", "attempt_started_at", "segment_started_at")
             value["previous"] = [move(p, "started_at", "ended_at") for p in value["previous"]]
@@ -190,7 +190,7 @@ def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.Fro
             value = move(value, "time")
             key = event_key(int(value["time"] * 1e9), 1)
         attrs[key] = value
-    trial.user_attrs = attrs
+    trial.system_attrs = attrs
     run = attrs[RUN_ATTR]
     trial.datetime_start = datetime.fromtimestamp(run["started_at"], timezone.utc)
     if run.get("ended_at") is not None:

@@ -55,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 75  # EX_TEMPFAIL: try again later
     except (KeyboardInterrupt, StopRequested) as exc:
         # The engine was shut down on the way out; the store has every result.
-        print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
+        if args.command == "run":
+            print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
         return 128 + exc.signum if isinstance(exc, StopRequested) else 130
 
 

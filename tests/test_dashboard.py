@@ -12,9 +12,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -157,7 +160,7 @@ def test_a_running_trial_is_shown_finished_once_it_finishes(grid, tmp_path):
         str(run_dir / "journal.log")))
     study = optuna.load_study(study_name="grid", storage=storage)
     trial = study.ask()
-    storage.set_trial_user_attr(StudyStore.trial_id(trial), RUN_ATTR,
+    storage.set_trial_system_attr(StudyStore.trial_id(trial), RUN_ATTR,
                                 {"host": "h", "pid": 1, "started_at": 1.0})
     assert reader.snapshot().trials[-1].state is hpo.TrialStatus.RUNNING
     study.tell(trial, -3.0)
@@ -374,7 +377,7 @@ def test_dashboard_refuses_a_bad_port(grid):
 def test_the_run_record_carries_what_the_views_read(grid):
     # The fields the timeline and cost views rely on, as the trial wrapper writes them.
     frozen = RunDir(grid).open_store(read_only=True).trials()[0]
-    run = frozen.user_attrs[RUN_ATTR]
+    run = frozen.system_attrs[RUN_ATTR]
     assert {"host", "pid", "cpus", "gpus", "started_at", "ended_at", "core_seconds",
             "previous"} <= set(run)
 
@@ -407,6 +410,29 @@ def test_dashboard_refuses_a_port_in_use_before_printing_a_url(grid):
         proc = hpo_cli("dashboard", grid, "--port", str(port))
     assert proc.returncode == 2 and f"--port {port}: already in use" in proc.stderr
     assert "open http" not in proc.stderr and "fix:" in proc.stderr
+
+
+def test_the_dashboard_says_its_url_once_and_stops_quietly(grid):
+    """No Dash or Flask banner repeating the URL, no "resume" advice on SIGTERM."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([*HPO, "dashboard", str(grid), "--port", str(port)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+    assert out == "", out
+    assert err.count(f"http://127.0.0.1:{port}/") == 1, err
+    assert "Serving Flask" not in err + out and "interrupted" not in err and "Traceback" not in err
 
 
 def test_without_a_port_the_dashboard_takes_the_next_free_one():
