@@ -117,8 +117,10 @@ class StudyResult:
 
     @property
     def best(self) -> TrialRecord | None:
-        ranked = self.ranked()
-        return ranked[0] if ranked and ranked[0].state is TrialStatus.COMPLETE else None
+        """The first of :meth:`ranked`, found without sorting them all."""
+        complete = [t for t in self.trials if t.state is TrialStatus.COMPLETE]
+        sign = -1.0 if self.direction == "maximize" else 1.0
+        return min(complete, key=lambda t: (sign * t.value, t.number), default=None)
 
     def ranked(self) -> list[TrialRecord]:
         """Completed trials best first; then trials that ended early with a
