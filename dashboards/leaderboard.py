@@ -16,6 +16,7 @@ from numbers import Real
 from typing import Any
 
 from hpo.dashboards.data import Snapshot
+from hpo.units import format_value
 
 __all__ = ["columns", "rows", "ranks", "tooltips", "query", "parse_filter", "html_table"]
 
@@ -212,8 +213,4 @@ def html_table(snap: Snapshot, limit: int = 500) -> str:
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value + 0.0:.6g}"
-    return str(value)
+    return format_value(value, 6)

@@ -22,7 +22,7 @@ from hpo.dashboards import leaderboard
 from hpo.dashboards.data import Snapshot, TrialView, worker_label
 from hpo.dashboards.style import STATE_COLOURS, base_layout, plain
 from hpo.store import RunDir
-from hpo.units import format_resource_time, format_seconds
+from hpo.units import format_resource_time, format_seconds, format_value
 
 __all__ = ["TrialDetails", "details", "page", "metrics_figure", "LOG_TAIL_BYTES"]
 
@@ -216,11 +216,7 @@ def _table(header: list[str], rows: list[list[Any]], id_: str) -> html.Table:
 
 
 def _text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value + 0.0:.6g}"
-    return str(value)
+    return format_value(value, 6)
 
 
 def _when(seconds: Any) -> str:

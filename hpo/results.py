@@ -15,7 +15,7 @@ from hpo.store import RunDir, StudyStore
 from hpo.store.records import (
     ENDED_BY_ATTR, Cost, attr_of, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
 )
-from hpo.units import format_number, format_seconds
+from hpo.units import format_seconds, format_value
 
 __all__ = ["TrialRecord", "StudyResult", "record_fields"]
 
@@ -229,9 +229,4 @@ _RANK_GROUPS = {
 }
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return format_number(value)
-    return str(value)
+_fmt = format_value

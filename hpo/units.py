@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["format_number", "format_seconds", "format_resource_time"]
+__all__ = ["format_number", "format_value", "format_seconds", "format_resource_time"]
 
 
 def format_number(value: float, digits: int = 4) -> str:
@@ -26,6 +26,19 @@ def format_number(value: float, digits: int = 4) -> str:
     if 10 ** (digits - 1) <= abs(value) < 10 ** 15:
         return f"{value:.0f}"
     return f"{value:.{digits}g}"
+
+
+def format_value(value: object, digits: int = 4) -> str:
+    """A table cell: ``-`` for nothing, numbers as :func:`format_number`, the rest as text.
+
+    >>> format_value(None), format_value(0.1234567, 6), format_value("adam"), format_value(64)
+    ('-', '0.123457', 'adam', '64')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return format_number(value, digits)
+    return str(value)
 
 
 def format_seconds(seconds: float | None) -> str:
