@@ -75,6 +75,10 @@ class DaskEngine(Engine):
     def start(self) -> None:
         from distributed import Client
 
+        # A scheduler that dies mid-write makes distributed log "Batched Comm Closed"
+        # with its traceback at INFO; the master says it once, as EngineLost.
+        logging.getLogger("distributed.batched").setLevel(logging.WARNING)
+
         if self.scheduler is None:
             self._cluster = self._local_gpu_cluster() if self.gpus else self._local_cpu_cluster()
             self.client = Client(self._cluster)
