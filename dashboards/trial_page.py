@@ -22,12 +22,12 @@ from hpo.dashboards import leaderboard
 from hpo.dashboards.data import Snapshot, TrialView, worker_label
 from hpo.dashboards.style import STATE_COLOURS, base_layout, plain
 from hpo.store import RunDir
+from hpo.trial._log import LOG_NAME
 from hpo.units import format_resource_time, format_seconds, format_value
 
 __all__ = ["TrialDetails", "details", "page", "metrics_figure", "LOG_TAIL_BYTES"]
 
 LOG_TAIL_BYTES = 32_000
-TRIAL_LOG = "output.log"
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 MAX_FILES = 50
 MAX_METRIC_PANELS = 8
@@ -59,7 +59,7 @@ def _folder(folder: Path) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]
         return files, logs
     # The trial's own log (what the objective printed, hpo.trial) first.
     paths = sorted((p for p in folder.rglob("*") if p.is_file()),
-                   key=lambda p: (p.name != TRIAL_LOG, str(p)))
+                   key=lambda p: (p.name != LOG_NAME, str(p)))
     for path in paths[:MAX_FILES]:
         name = str(path.relative_to(folder))
         size = path.stat().st_size

@@ -174,8 +174,8 @@ class StudyResult:
         its first rows and a last line saying how many were left out."""
         names = sorted({k for t in self.trials for k in t.params})
         header = ["rank", "trial", "state", self.metric, "time_s", *names]
-        rows = [[_fmt(self.rank_of(i, t)), str(t.number), t.state.value, _fmt(t.value),
-                 format_seconds(t.duration_s), *(_fmt(t.params.get(n)) for n in names)]
+        rows = [[format_value(self.rank_of(i, t)), str(t.number), t.state.value, format_value(t.value),
+                 format_seconds(t.duration_s), *(format_value(t.params.get(n)) for n in names)]
                 for i, t in enumerate(self.ranked()[:limit])]
         widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
@@ -228,5 +228,3 @@ _RANK_GROUPS = {
     TrialStatus.RUNNING: 2, TrialStatus.SUSPENDED: 2, TrialStatus.PENDING: 2,
 }
 
-
-_fmt = format_value
