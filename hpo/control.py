@@ -14,6 +14,7 @@ exhausted, the metric reaches its ``target``, or the wall-clock budget
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,7 +28,7 @@ from hpo.errors import EngineLost, StopRequested
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
 from hpo.results import StudyResult
-from hpo.scheduling import Policy, RoundRobin, Waiting, make_policy, waiting_of
+from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
 from hpo.search import Searcher, create_study, open_search
 from hpo.space import StudySpec
 from hpo.store import RunDir, StudyStore, open_storage
@@ -60,6 +61,12 @@ class Controller:
     def _policy(self) -> Policy | None:
         return make_policy(self.spec.scheduling.policy)
 
+    @cached_property
+    def _quantum(self) -> QuantumRule | None:
+        if self._policy is None:
+            return None
+        return QuantumRule.of(self.spec.scheduling, self.spec.metric.direction == "maximize")
+
     def run(self) -> StudyResult:
         study = create_study(self.spec, open_storage(self.storage_url))
         store = StudyStore.of(study)
@@ -68,6 +75,7 @@ class Controller:
         if (store.stop() or {}).get("reason") == "target":
             return StudyResult.from_store(store, self.spec.metric.name)  # already done
         store.set_stop(None)
+        store.set_contender(None)
         searcher = open_search(self.spec, study, self.sampler)
         with self.engine:
             try:
@@ -93,19 +101,27 @@ class Controller:
         tally = _Tally.of(store)
         maximize = store.maximize
         # Trials an earlier run left suspended or lost go on first, from their checkpoints.
-        leftovers = {w.number: w for w in map(self._waiting, lifecycle.unfinished(store))}
+        leftovers = {w.number: w for w in (waiting_of(t, maximize) for t in lifecycle.unfinished(store))}
         waiting: dict[int, Waiting] = {}
+        contender: list[float | None] = [None]  # as last published
+
+        def may_open() -> bool:
+            opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers)
+            return (not stopping and not exhausted and opened < self.spec.max_trials
+                    and self._room_for_new(searcher, tally.counted, len(waiting), opened - tally.counted))
+
         while True:
             while not stopping and len(self._in_flight) < window:
-                opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers)
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
-                elif not exhausted and opened < self.spec.max_trials:
+                elif may_open():
                     exhausted = not self._start_new(searcher)
                 elif waiting:
                     self._resume(store, waiting)
                 else:
                     break
+            if self._policy:
+                self._publish(store, contender, may_open(), [*waiting.values(), *leftovers.values()])
             progress.update(*tally.line(len(self._in_flight)))  # what was just submitted
             if not self._in_flight:
                 break
@@ -114,11 +130,11 @@ class Controller:
                 del self._in_flight[number]
                 state, value = status_of(trial), trial.value if trial.values else None
                 if state is TrialStatus.SUSPENDED:
-                    waiting[number] = self._waiting(trial)
+                    waiting[number] = waiting_of(trial, maximize)
                     continue
                 if state is TrialStatus.RUNNING:  # its task ended without a result
                     if lifecycle.resume_lost(store, trial, self.spec.retries.engine):
-                        leftovers[number] = self._waiting(trial)
+                        leftovers[number] = waiting_of(trial, maximize)
                         continue
                     trial = store.trial(store.trial_id(trial))
                     state = status_of(trial)
@@ -138,9 +154,28 @@ class Controller:
         proposal = searcher.ask()
         if proposal is None:
             return False
-        segment = self.spec.scheduling.segment_steps if self._policy else None
-        self._submit(self._task(proposal.number, proposal.trial_id, proposal.params, segment))
+        self._submit(self._task(proposal.number, proposal.trial_id, proposal.params))
         return True
+
+    def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
+        """Whether a new trial may take a slot now. New trials come first,
+        until a sampler that learns has enough to learn from (its random
+        start-up); then at most twice the slots are open (running or
+        suspended), so suspended trials finish and teach it instead of
+        waiting behind the rest of the budget."""
+        if not (self._policy and searcher.adaptive):
+            return True
+        startup = max(2, min(10, self.spec.max_trials // 3))
+        return finished + waiting < startup or unfinished < 2 * self.engine.slots
+
+    def _publish(self, store: StudyStore, published: list[float | None], new_waits: bool,
+                 waiting: list[Waiting]) -> None:
+        """Tell running trials what they must beat to keep their slots: a new
+        trial waiting to start beats anyone; else the policy says."""
+        value = math.inf if new_waits else self._policy.contender(waiting)
+        if value != published[0]:
+            store.set_contender(value)
+            published[0] = value
 
     def _resume(self, store: StudyStore, waiting: dict[int, Waiting], why: str | None = None) -> None:
         """Run the next segment of the suspended trial the policy picks."""
@@ -150,24 +185,18 @@ class Controller:
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         stored = store.trial(chosen.trial_id)
-        segment = chosen.segment_steps if self._policy else None
-        task = self._task(chosen.number, chosen.trial_id, stored.params, segment,
+        task = self._task(chosen.number, chosen.trial_id, stored.params,
                           after_segment=run_of(stored).get("segment", -1))
         self._submit(task, priority=True)
 
     def _submit(self, task: TrialTask, priority: bool = False) -> None:
         self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority))
 
-    def _task(self, number: int, trial_id: int, params: dict[str, Any], segment: int | None,
+    def _task(self, number: int, trial_id: int, params: dict[str, Any],
               after_segment: int = -1) -> TrialTask:
         return TrialTask.for_trial(self.spec, self.run_dir, self.storage_url, number, trial_id,
-                                   params, segment_steps=segment, after_segment=after_segment,
+                                   params, quantum=self._quantum, after_segment=after_segment,
                                    objective=self.objective, pruner=self.pruner)
-
-    def _waiting(self, trial: optuna.trial.FrozenTrial) -> Waiting:
-        sched = self.spec.scheduling
-        return waiting_of(trial, sched.segment_steps, sched.milestones,
-                          self.spec.metric.direction == "maximize")
 
     def _queued(self, parallel: int) -> int:
         """How many trials to prepare ahead and queue in the engine.

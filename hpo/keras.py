@@ -36,6 +36,7 @@ result from ``trial.reports``, which holds every epoch.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,12 @@ class HpoCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self._backup is not None:
-            self._backup.on_train_begin(logs)  # restores the last checkpoint, if any
+            with self._timer("restore"):
+                self._backup.on_train_begin(logs)  # restores the last checkpoint, if any
+
+    def _timer(self, kind: str) -> Any:
+        timer = getattr(self.trial, "checkpoint_timer", None)  # the scheduler sizes quanta by it
+        return timer(kind) if timer else contextlib.nullcontext()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         metrics: dict[str, float] = {}
@@ -90,7 +96,8 @@ class HpoCallback(keras.callbacks.Callback):
         # is trained and reported again (same step), never lost.
         self.trial.report(int(epoch), **metrics)
         if self._backup is not None:
-            self._backup.on_epoch_end(epoch, logs)
+            with self._timer("save"):
+                self._backup.on_epoch_end(epoch, logs)
         last = epoch + 1 >= (getattr(self, "params", None) or {}).get("epochs", float("inf"))
         if not last and self.trial.should_stop():  # after the last epoch, fit ends anyway
             self.model.stop_training = True

@@ -90,4 +90,5 @@ POLICIES = Registry("scheduling policy", {
     "fifo": None,
     "round_robin": "hpo.scheduling:RoundRobin",
     "convergence": "hpo.scheduling:ConvergenceAware",
+    "slaq": "hpo.scheduling:Slaq",
 })

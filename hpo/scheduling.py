@@ -1,23 +1,32 @@
-"""Which trial gets the next free slot: FIFO, round-robin or convergence-aware.
+"""Which trial gets the next free slot: FIFO, round-robin, SLAQ or convergence-aware.
 
 FIFO runs every trial to its end, in the order the search proposes them.
-The other two policies run trials in resumable segments of a few reports
-(epochs): at the end of a segment the trial checkpoints and is *suspended*;
-when a slot frees, a policy picks which suspended trial runs its next segment.
-New trials come first, so every trial has a measured first segment.
+The others time-share the slots in *quanta* (Hermes: 10 s; or a number of
+reports): at the end of a quantum the trial compares itself with the trials
+waiting for a slot. It keeps its slot, and its process, unless the policy
+ranks a waiting trial higher; then it checkpoints and is *suspended*, and
+the master resumes the waiting trial the policy picks. New trials wait with
+the highest rank, so every trial has a measured first quantum.
 
 Convergence-aware scheduling follows Hermes (Electronics 2021, "A GPU
 scheduling framework to accelerate hyper-parameter optimization in deep
-learning clusters"): a segment's representative loss is ``(max + min) / 2`` of
-its losses, and a trial's convergence is
+learning clusters"): a quantum's representative loss is ``(max + min) / 2``
+of its losses, and a trial's convergence is
 
     C = (previous representative loss - current representative loss) / n
 
-with ``n`` the reports in the segment; after a first segment, ``(max - min) / n``.
-The trial with the highest C runs next. Segments double in length each time
-the trial passes one of the study's milestones, as a converging trial gains
-less from being switched often. The "loss" is the study's metric, negated
-when it is maximised.
+with ``n`` the reports in the quantum; after a first quantum, ``(max - min) / n``
+signed by the direction the loss went (the paper's unsigned form ranks a
+diverging curve as high as a converging one). The waiting trial with the
+highest C runs next, and preempts a running trial only if its C is higher.
+A trial's quantum grows with its preemptions and doubles at each milestone
+it passes (metric values, or percentage decreases of its loss), as slopes
+flatten and a converging trial gains less from being switched often. The
+"loss" is the study's metric, negated when it is maximised.
+
+SLAQ (Zhang et al., SoCC 2017), as the Hermes paper describes and measures
+it: quality-driven time-sharing that gives the slot to the trial with the
+most loss left to reduce, its latest loss relative to its first.
 """
 
 from __future__ import annotations
@@ -31,11 +40,11 @@ import optuna
 
 from hpo.registry import POLICIES
 from hpo.store import StudyStore
-from hpo.store.records import SegmentRecord, TrialStatus, best_reported, grouped_attrs, status_of
+from hpo.store.records import SegmentRecord, TrialStatus, grouped_attrs, status_of
 
 __all__ = [
-    "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "make_policy", "waiting_of",
-    "representative_loss", "convergence", "segment_steps",
+    "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "Slaq", "QuantumRule", "make_policy",
+    "waiting_of", "representative_loss", "convergence", "milestones_passed",
 ]
 
 
@@ -45,9 +54,10 @@ class Waiting:
 
     number: int
     trial_id: int
-    since: float  # when its last segment ended
+    since: float  # when its last quantum ended
     convergence: float
-    segment_steps: int  # length of its next segment
+    # Its latest representative loss relative to its first loss (SLAQ's "quality left").
+    loss_left: float = 1.0
 
 
 class Policy(abc.ABC):
@@ -58,6 +68,12 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         """The trial to resume, out of a non-empty ``waiting``."""
+
+    def contender(self, waiting: Sequence[Waiting]) -> float | None:
+        """The convergence a running trial must reach to keep its slot at the
+        end of its quantum; None when nobody waits. Time-sharing policies
+        preempt whenever someone waits."""
+        return math.inf if waiting else None
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         """The reason recorded on the resumed trial."""
@@ -73,13 +89,29 @@ class RoundRobin(Policy):
         return min(waiting, key=lambda w: (w.since, w.number))
 
 
+class Slaq(Policy):
+    """The trial with the most of its loss left to reduce (SLAQ's priority
+    to low-quality jobs), in turn with the others at every quantum."""
+
+    name = "slaq"
+
+    def pick(self, waiting: Sequence[Waiting]) -> Waiting:
+        return max(waiting, key=lambda w: (w.loss_left, -w.since, -w.number))
+
+    def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
+        return f"slaq: {chosen.loss_left:.3g} of its first loss left, most of {len(waiting)} waiting"
+
+
 class ConvergenceAware(Policy):
-    """The trial whose loss fell fastest per report in its last segment."""
+    """The trial whose loss fell fastest per report in its last quantum."""
 
     name = "convergence"
 
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         return max(waiting, key=lambda w: (w.convergence, -w.since, -w.number))
+
+    def contender(self, waiting: Sequence[Waiting]) -> float | None:
+        return max((w.convergence for w in waiting), default=None)
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         return (f"convergence: C={chosen.convergence:.4g}, highest of {len(waiting)} waiting "
@@ -92,25 +124,96 @@ def _runner_up(chosen: Waiting, waiting: Sequence[Waiting]) -> str:
 
 
 def make_policy(name: str) -> Policy | None:
-    """The policy for a space's ``scheduling.policy``; None for FIFO (no segments)."""
+    """The policy for a space's ``scheduling.policy``; None for FIFO (no quanta)."""
     return POLICIES.make(name)
 
 
-def waiting_of(trial: optuna.trial.FrozenTrial, base_steps: int, milestones: Sequence[float],
-               maximize: bool) -> Waiting:
+@dataclass(frozen=True)
+class QuantumRule:
+    """How long a trial runs before it may be preempted: ``steps`` reports, or
+    ``seconds`` (grown by ``growth`` of itself per preemption, and never so
+    short that checkpointing takes more than ``max_checkpoint_share``); doubled
+    at each milestone passed."""
+
+    steps: int | None = None
+    seconds: float | None = None
+    growth: float = 0.5
+    max_checkpoint_share: float = 0.05
+    milestones: tuple[float | str, ...] = ()
+    maximize: bool = False
+
+    @classmethod
+    def of(cls, scheduling, maximize: bool) -> "QuantumRule":
+        """The rule of a space's ``scheduling`` section."""
+        return cls(steps=scheduling.segment_steps, seconds=scheduling.quantum_s,
+                   growth=scheduling.quantum_growth,
+                   max_checkpoint_share=scheduling.max_checkpoint_share,
+                   milestones=scheduling.milestones, maximize=maximize)
+
+    def length(self, preemptions: int, losses: Sequence[float], checkpoint_s: float = 0.0
+               ) -> tuple[int | None, float | None]:
+        """(reports, seconds) of the next quantum of a trial preempted
+        ``preemptions`` times whose losses so far are ``losses``.
+
+        >>> QuantumRule(seconds=10, milestones=("50%",)).length(2, [1.0, 0.4], checkpoint_s=0.1)
+        (None, 40.0)
+        >>> QuantumRule(seconds=10).length(0, [], checkpoint_s=1.0)  # 1 s is 5% of 20 s
+        (None, 20.0)
+        """
+        doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
+        if self.steps is not None:
+            return self.steps * doubled, None
+        seconds = self.seconds * (1 + self.growth * preemptions) * doubled
+        return None, max(seconds, checkpoint_s / self.max_checkpoint_share)
+
+
+def milestones_passed(milestones: Sequence[float | str], losses: Sequence[float], maximize: bool) -> int:
+    """How many milestones a trial with ``losses`` (its metric, negated when
+    maximised) passed: a metric value reached, or a percentage decrease of
+    the loss from its first report ("50%": halved).
+
+    >>> milestones_passed([0.5, 0.8, 0.9], [-0.3, -0.85], maximize=True)
+    2
+    >>> milestones_passed(["10%", "50%"], [2.0, 1.5], maximize=False)
+    1
+    """
+    if not losses:
+        return 0
+    best = min(losses)
+    first = losses[0]
+    passed = 0
+    for milestone in milestones:
+        if isinstance(milestone, str):
+            decrease = (first - best) / abs(first) if first else 0.0
+            passed += decrease * 100 >= float(milestone.rstrip("%"))
+        else:
+            passed += best <= (-milestone if maximize else milestone)
+    return passed
+
+
+def waiting_of(trial: optuna.trial.FrozenTrial, maximize: bool) -> Waiting:
     """A suspended (or lost) trial as the policies see it, from its stored record."""
     trial_id = StudyStore.trial_id(trial)
     if status_of(trial) is TrialStatus.RUNNING:  # lost: goes first
-        return Waiting(trial.number, trial_id, since=0.0, convergence=math.inf,
-                       segment_steps=base_steps)
+        return Waiting(trial.number, trial_id, since=0.0, convergence=math.inf, loss_left=math.inf)
     segments = grouped_attrs(trial).segments
     losses = _segment_losses(trial, segments, maximize)
-    return Waiting(
-        number=trial.number, trial_id=trial_id,
-        since=segments[-1]["ended_at"] if segments else 0.0,
-        convergence=convergence(losses[-1] if losses else [], losses[-2] if len(losses) > 1 else None),
-        segment_steps=segment_steps(base_steps, milestones, best_reported(trial, maximize), maximize),
-    )
+    last = segments[-1] if segments else {}
+    recorded = last.get("convergence")  # what its worker judged itself by
+    judged = recorded if recorded is not None else convergence(
+        losses[-1] if losses else [], losses[-2] if len(losses) > 1 else None)
+    return Waiting(number=trial.number, trial_id=trial_id, since=last.get("ended_at", 0.0),
+                   convergence=judged, loss_left=_loss_left(trial, maximize))
+
+
+def _loss_left(trial: optuna.trial.FrozenTrial, maximize: bool) -> float:
+    values = trial.intermediate_values
+    if not values:
+        return 1.0
+    sign = -1.0 if maximize else 1.0
+    steps = sorted(values)
+    first, last = sign * values[steps[0]], sign * values[steps[-1]]
+    return last / first if first else 1.0
 
 
 def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecord],
@@ -127,33 +230,25 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecor
 
 
 def representative_loss(losses: Sequence[float]) -> float:
-    """A segment's representative loss: the middle of its range."""
+    """A quantum's representative loss: the middle of its range."""
     return (max(losses) + min(losses)) / 2
 
 
-def convergence(losses: Sequence[float], previous: Sequence[float] | None) -> float:
-    """Hermes' C for a segment with ``losses``, after a segment with ``previous``.
+def convergence(losses: Sequence[float], previous: Sequence[float] | float | None) -> float:
+    """Hermes' C for a quantum with ``losses``, after a quantum with
+    ``previous`` losses (or their representative loss).
 
-    >>> convergence([1.0, 0.6], None)          # first segment: (max - min) / n
+    >>> convergence([1.0, 0.6], None)          # first quantum: (max - min) / n, falling
     0.2
+    >>> convergence([0.6, 1.0], None)          # rising: the same size, negative
+    -0.2
     >>> convergence([0.5, 0.3], [1.0, 0.6])    # (0.8 - 0.4) / 2
     0.2
     """
     if not losses:
         return 0.0
-    if not previous:
-        return (max(losses) - min(losses)) / len(losses)
-    return (representative_loss(previous) - representative_loss(losses)) / len(losses)
-
-
-def segment_steps(base: int, milestones: Sequence[float], best: float | None, maximize: bool) -> int:
-    """Segment length for a trial whose best metric so far is ``best``: ``base``
-    doubled once per milestone passed.
-
-    >>> segment_steps(2, [0.5, 0.8, 0.9], 0.85, maximize=True)
-    8
-    """
-    if best is None:
-        return base
-    passed = sum(1 for m in milestones if (best >= m if maximize else best <= m))
-    return base * 2 ** passed
+    if previous is None or (not isinstance(previous, (int, float)) and not previous):
+        spread = (max(losses) - min(losses)) / len(losses)
+        return spread if losses[-1] <= losses[0] else -spread
+    before = previous if isinstance(previous, (int, float)) else representative_loss(previous)
+    return (before - representative_loss(losses)) / len(losses)

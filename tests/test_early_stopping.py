@@ -3,11 +3,15 @@ stop, and trials run in resumable segments (round-robin, convergence-aware)."""
 
 from __future__ import annotations
 
+import math
+
 import optuna
 import pytest
 
 import hpo
-from hpo.scheduling import ConvergenceAware, RoundRobin, Waiting, convergence, segment_steps
+from hpo.scheduling import (
+    ConvergenceAware, QuantumRule, RoundRobin, Slaq, Waiting, convergence, milestones_passed,
+)
 from hpo.store import StudyStore, open_storage
 from hpo.trial import TrialStatus, TrialTask, run_trial
 from hpo.store.records import EVENT_ATTR, SEGMENT_ATTR
@@ -82,10 +86,12 @@ def segment_task(tmp_path, objective: str, config: dict, segment: int | None, na
     url = str(tmp_path / f"{name}.log")
     study = optuna.create_study(study_name=name, storage=open_storage(url), direction=direction)
     trial = study.ask()
+    StudyStore.of(study).set_contender(math.inf)  # a new trial always waits: each quantum yields
     return TrialTask(storage=url, study_name=name,
                      trial_id=StudyStore.trial_id(trial), number=trial.number, config=config,
                      objective=objective, metric=metric, direction=direction,
-                     checkpoint_dir=str(tmp_path / name / "ckpt"), segment_steps=segment)
+                     checkpoint_dir=str(tmp_path / name / "ckpt"),
+                     quantum=QuantumRule(steps=segment) if segment else None)
 
 
 def run_in_segments(task: TrialTask) -> optuna.trial.FrozenTrial:
@@ -132,8 +138,12 @@ def test_keras_trial_resumes_from_its_checkpoint(tmp_path):
         assert curve(pieces)[step] < 0.6 * curve(pieces)[0]
 
 
-@pytest.mark.parametrize("policy, first_resumed", [("convergence", 0.8), ("round_robin", 0.05)])
-def test_policy_chooses_which_suspended_trial_goes_on(dask_address, tmp_path, policy, first_resumed):
+@pytest.mark.parametrize("policy, first_resumed, segments", [
+    ("convergence", 0.8, 2),  # resumed, each converges faster than those waiting: runs to its end
+    ("round_robin", 0.05, 3),  # time-sharing: yields at every quantum while anyone waits
+])
+def test_policy_chooses_which_suspended_trial_goes_on(dask_address, tmp_path, policy, first_resumed,
+                                                      segments):
     # One slot; three trials whose curves rise at different speeds.
     space = toy_space(f"policy-{policy}", "hpo.examples.toy:curve", fixed={"steps": 6},
                       search={"parallel": 1},
@@ -144,7 +154,7 @@ def test_policy_chooses_which_suspended_trial_goes_on(dask_address, tmp_path, po
     resumed = sorted((e["time"], t.params["rate"], e["reason"])
                      for t in result.trials for e in t.events if e["kind"] == "resumed")
     assert resumed[0][1] == first_resumed
-    assert all(len(t.segments) == 3 for t in result.trials)
+    assert [len(t.segments) for t in result.trials] == [segments] * 3
     if policy == "convergence":
         assert resumed[0][2].startswith("convergence: C=")
 
@@ -168,7 +178,7 @@ def test_target_stop_ends_suspended_trials_as_stopped(dask_address, tmp_path):
 
 
 def waiting(number: int, since: float, c: float) -> Waiting:
-    return Waiting(number=number, trial_id=number, since=since, convergence=c, segment_steps=2)
+    return Waiting(number=number, trial_id=number, since=since, convergence=c)
 
 
 def test_convergence_follows_hermes():
@@ -185,10 +195,11 @@ def test_policies_pick_the_fastest_or_the_longest_waiting():
 
 
 def test_segments_lengthen_past_each_milestone():
-    assert segment_steps(2, [0.5, 0.9], None, maximize=True) == 2
-    assert segment_steps(2, [0.5, 0.9], 0.6, maximize=True) == 4
-    assert segment_steps(2, [0.5, 0.9], 0.95, maximize=True) == 8
-    assert segment_steps(3, [1.0, 0.1], 0.5, maximize=False) == 6
+    rule = QuantumRule(steps=2, milestones=(0.5, 0.9), maximize=True)
+    assert rule.length(0, []) == (2, None)
+    assert rule.length(0, [-0.2, -0.6]) == (4, None)  # losses are the negated accuracy
+    assert rule.length(0, [-0.2, -0.95]) == (8, None)
+    assert QuantumRule(steps=3, milestones=(1.0, 0.1)).length(0, [2.0, 0.5]) == (6, None)
 
 
 def test_unknown_policy_is_a_space_error():
@@ -202,12 +213,15 @@ def test_compss_submits_the_chosen_segment_with_the_priority_flag(compss, tmp_pa
                       search={"parallel": 1}, scheduling={"policy": "convergence", "segment_steps": 2},
                       space={"rate": [0.1, 0.9]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
-    assert all(t.state is TrialStatus.COMPLETE and len(t.segments) == 2 for t in result.trials)
+    # The slow trial yields to the new one, which converges faster than it
+    # and so keeps its slot to the end; then the slow one resumes.
+    assert [(t.state, len(t.segments)) for t in result.trials] == [
+        (TrialStatus.COMPLETE, 2), (TrialStatus.COMPLETE, 1)]
     plain, first = (f"compss_trial__cpus1_gpus0_mem0mb_timeout0s{s}" for s in ("", "_first"))
     assert compss.declared[first]["task"]["priority"] is True
     calls = [(s["function"], s["priority"]) for s in compss.submitted]
-    # Two first segments as ordinary tasks, then the two resumed ones prioritised.
-    assert calls == [(plain, False)] * 2 + [(first, True)] * 2
+    # Two first segments as ordinary tasks, then the resumed one prioritised.
+    assert calls == [(plain, False)] * 2 + [(first, True)]
 
 
 def test_objective_that_restarts_instead_of_resuming_still_ends(tmp_path):

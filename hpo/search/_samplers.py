@@ -10,6 +10,7 @@ import optuna
 
 from hpo.errors import UsageError
 from hpo.search._base import Searcher, _key
+from hpo.search._paused import paused_view
 from hpo.space import Grid
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler"]
@@ -78,6 +79,7 @@ class SamplerSearcher(Searcher):
         return self._unseen_grid_point() or params
 
     def _sample(self, study, trial) -> dict[str, Any]:
+        study = paused_view(study)  # suspended trials teach the sampler their curves so far
         # The inner sampler sees the stored trials, running ones included
         # (constant liar for TPE), and samples jointly where it can.
         joint = self._inner.sample_relative(study, trial, self.distributions)

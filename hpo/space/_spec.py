@@ -108,12 +108,20 @@ class EarlyStopping:
 @dataclass(frozen=True)
 class Scheduling:
     """Which trial gets a free slot: ``fifo`` runs each trial to its end; the
-    others run trials in resumable segments of ``segment_steps`` reports, which
-    double each time the trial passes one of the ``milestones`` (metric values)."""
+    others run trials in quanta of ``quantum_s`` seconds (Hermes; 10 unless
+    ``segment_steps`` reports are asked for instead), after which a trial
+    checkpoints and yields its slot if a waiting trial deserves it more. A
+    time quantum grows by ``quantum_growth`` of itself per preemption of the
+    trial, never so short that checkpointing takes over
+    ``max_checkpoint_share`` of it, and doubles at each of the ``milestones``
+    the trial passes: metric values, or percentage decreases of its loss ("50%")."""
 
     policy: str = "fifo"
-    segment_steps: int = 2
-    milestones: tuple[float, ...] = ()
+    segment_steps: int | None = None
+    quantum_s: float | None = None
+    quantum_growth: float = 0.5
+    max_checkpoint_share: float = 0.05
+    milestones: tuple[float | str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,12 +160,6 @@ _EARLY_STOPPING: dict[str, _Check] = {
 }
 
 
-def _numbers(value: object, at: Loc) -> tuple[float, ...]:
-    if not isinstance(value, list):
-        at.expected("a list of numbers", value, "e.g. [0.5, 0.2, 0.1]")
-    return tuple(as_number(item, at / index) for index, item in enumerate(value))
-
-
 _RETRIES: dict[str, _Check] = {
     "objective": partial(as_int, minimum=0), "engine": partial(as_int, minimum=0),
 }
@@ -173,10 +175,54 @@ def _retries(value: object, at: Loc) -> Retries:
     return _section(Retries, value, at, _RETRIES)
 
 
+def _milestone(value: object, at: Loc) -> float | str:
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            percent = float(value[:-1])
+        except ValueError:
+            percent = -1.0
+        if 0 < percent < 100:
+            return f"{percent:g}%"
+        at.expected("a percentage between 0 and 100", value, 'e.g. "50%" (the loss halved)')
+    return as_number(value, at)
+
+
+def _non_negative(value: object, at: Loc) -> float:
+    number = as_number(value, at)
+    if number < 0:
+        at.expected("a number >= 0", value, "e.g. 0.5 (a preemption adds half the quantum)")
+    return number
+
+
+def _share(value: object, at: Loc) -> float:
+    number = as_number(value, at)
+    if not 0 < number < 1:
+        at.expected("a share between 0 and 1", value, "e.g. 0.05 (checkpoints take at most 5%)")
+    return number
+
+
+def _milestones(value: object, at: Loc) -> tuple[float | str, ...]:
+    if not isinstance(value, list):
+        at.expected("a list of metric values or loss decreases", value, 'e.g. [0.9, 0.95] or ["50%", "90%"]')
+    return tuple(_milestone(item, at / index) for index, item in enumerate(value))
+
+
 _SCHEDULING: dict[str, _Check] = {
     "policy": partial(as_choice, options=POLICIES), "segment_steps": partial(as_int, minimum=1),
-    "milestones": _numbers,
+    "quantum_s": partial(as_number, positive=True), "quantum_growth": _non_negative,
+    "max_checkpoint_share": _share,
+    "milestones": _milestones,
 }
+
+
+def _scheduling(value: object, at: Loc) -> Scheduling:
+    sched = _section(Scheduling, value, at, _SCHEDULING)
+    if sched.segment_steps is not None and sched.quantum_s is not None:
+        (at / "segment_steps").fail("a quantum is either reports or seconds, not both",
+                                    'remove "segment_steps" (time quanta, as Hermes) or "quantum_s"')
+    if sched.policy != "fifo" and sched.segment_steps is None and sched.quantum_s is None:
+        return replace(sched, quantum_s=10.0)
+    return sched
 
 
 @dataclass(frozen=True)
@@ -286,9 +332,11 @@ class StudySpec:
         sched = self.scheduling
         scheduling = sched.policy
         if sched.policy != "fifo":
-            scheduling += f", segments of {sched.segment_steps} steps"
+            scheduling += (f", quanta of {sched.segment_steps} steps" if sched.segment_steps
+                           else f", quanta of {sched.quantum_s:g} s")
             if sched.milestones:
-                scheduling += ", doubled at milestones " + ", ".join(f"{m:g}" for m in sched.milestones)
+                scheduling += ", doubled at milestones " + ", ".join(
+                    m if isinstance(m, str) else f"{m:g}" for m in sched.milestones)
         size = self.grid_size
         width = max(map(len, self.params))
         lines = [
@@ -387,7 +435,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         early_stopping=_section(
             EarlyStopping, top.get("early_stopping"), root / "early_stopping", _EARLY_STOPPING
         ),
-        scheduling=_section(Scheduling, top.get("scheduling"), root / "scheduling", _SCHEDULING),
+        scheduling=_scheduling(top.get("scheduling"), root / "scheduling"),
         fixed=_fixed(top.get("fixed"), root / "fixed", params),
         params=params,
         source=source,

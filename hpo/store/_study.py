@@ -8,6 +8,7 @@ asked for it, which is what workers and the master do all the time.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -18,7 +19,7 @@ import optuna
 
 from hpo.store._journal import JournalFile
 from hpo.store.records import (
-    ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
+    CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
     event_key, event_record, report_key, run_of,
 )
 
@@ -93,6 +94,15 @@ class StudyStore:
 
     def set_stop(self, reason: dict[str, Any] | None) -> None:
         self.storage.set_study_user_attr(self.study_id, STOP_ATTR, reason)
+
+    def contender(self) -> float | None:
+        """The convergence a running trial must reach to keep its slot (None: nobody waits)."""
+        value = self.storage.get_study_user_attrs(self.study_id).get(CONTENDER_ATTR)
+        return float(value) if value is not None else None  # "inf" is stored as a string
+
+    def set_contender(self, value: float | None) -> None:
+        stored = None if value is None else (str(value) if math.isinf(value) else value)
+        self.storage.set_study_user_attr(self.study_id, CONTENDER_ATTR, stored)
 
     def create_trial(self, params: dict[str, Any],
                      distributions: dict[str, optuna.distributions.BaseDistribution]) -> tuple[int, int]:

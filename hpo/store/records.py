@@ -21,6 +21,10 @@ key                             writer   content
 ``hpo:ended_by``                master   :class:`EndedBy`: ended without result
 study ``hpo:stop``              master   why the study must stop, or None
                                          (a study user attribute)
+study ``hpo:contender``         master   the convergence a running trial
+                                         must reach to keep its slot at the
+                                         end of its quantum (None: nobody
+                                         waits; a study user attribute)
 ==============================  =======  ======================================
 
 The contract, for writers and readers:
@@ -56,6 +60,7 @@ import optuna
 
 __all__ = [
     "RUN_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
+    "CONTENDER_ATTR",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
     "attr_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
@@ -70,6 +75,7 @@ EVENT_ATTR = "hpo:event:"
 HEARTBEAT_ATTR = "hpo:heartbeat"
 ENDED_BY_ATTR = "hpo:ended_by"
 STOP_ATTR = "hpo:stop"
+CONTENDER_ATTR = "hpo:contender"
 EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "unresumable",
                "interrupted", "cancelled")
 
@@ -186,6 +192,17 @@ class SegmentRecord(TypedDict, total=False):
     first_step: int | None
     last_step: int | None
     outcome: str  # a TrialStatus value
+    # Time-shared scheduling: the quanta this segment ran without being
+    # preempted, the convergence and representative loss of the last one, the
+    # quantum's length, and what checkpointing cost.
+    quanta: int
+    convergence: float | None
+    loss: float | None
+    quantum_s: float | None
+    quantum_steps: int | None
+    save_s: float
+    restore_s: float
+    checkpoint_bytes: int
 
 
 class EventRecord(TypedDict, total=False):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import pickle
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from numbers import Real
@@ -14,6 +17,7 @@ import optuna
 
 from hpo.store import StudyStore, write_atomically
 from hpo.trial._local_stop import suspend_requested
+from hpo.trial._quantum import QuantumClock
 
 __all__ = ["Trial"]
 
@@ -32,23 +36,25 @@ class _StoreLink:
     early_stopping: dict[str, Any] | None = None
     pruner: optuna.pruners.BasePruner | None = None
     direction: str = "maximize"
-    # Reports this run may make before the trial is suspended (segmented
-    # scheduling); None: run to the end.
-    segment_steps: int | None = None
+    # Time-shared scheduling: when this run may yield its slot; None: run to the end.
+    quantum: QuantumClock | None = None
     _reported: int = 0
 
     def report(self, step: int, metrics: dict[str, float], earlier_last: int | None = None) -> None:
         # Each call appends (and fsyncs) before returning: durable when acknowledged.
-        if self._reported == 0 and self.segment_steps and earlier_last is not None \
+        if self._reported == 0 and self.quantum and earlier_last is not None \
                 and step <= earlier_last:
             # The objective started over instead of resuming from its checkpoint:
             # suspending it again would repeat the same segment for ever.
-            self.segment_steps = None
+            self.quantum = None
             self.record("unresumable", step, f"started again at step {step} after step "
                         f"{earlier_last} instead of resuming; runs to its end in this segment "
                         "(resume from trial.load_checkpoint() or trial.next_step)")
         self.store.report(self.trial_id, step, metrics, self.metric)
         self._reported += 1
+        if self.quantum:
+            value = metrics.get(self.metric)
+            self.quantum.add(None if value is None else (-value if self.direction == "maximize" else value))
 
     def stop_reason(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
@@ -72,9 +78,11 @@ class _StoreLink:
         if stalled:
             self.record("stopped", step, stalled)
             return "patience"
-        if self.segment_steps and self._reported >= self.segment_steps:
-            self.record("suspended", step, f"segment of {self._reported} steps done; checkpointed")
-            return "suspended"
+        if self.quantum and self.quantum.due():
+            yielding = self.quantum.end(self.store.contender)
+            if yielding:
+                self.record("suspended", step, yielding)
+                return "suspended"
         return None
 
     def record(self, kind: str, step: int | None, reason: str) -> None:
@@ -207,12 +215,28 @@ class Trial:
         """Pickle ``state`` into ``checkpoint_dir``, atomically (a crash leaves the old one)."""
         path = self._checkpoint_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, pickle.dumps(state))
+        with self.checkpoint_timer("save"):
+            write_atomically(path, pickle.dumps(state))
 
     def load_checkpoint(self, name: str = "state.pkl") -> Any:
         """What ``save_checkpoint`` saved last, or None for a fresh trial."""
         path = self._checkpoint_path(name)
-        return pickle.loads(path.read_bytes()) if path.exists() else None
+        if not path.exists():
+            return None
+        with self.checkpoint_timer("restore"):
+            return pickle.loads(path.read_bytes())
+
+    @contextmanager
+    def checkpoint_timer(self, kind: str) -> Iterator[None]:
+        """Time a checkpoint "save" or "restore" done by other means (Keras's
+        callback uses it): the scheduler keeps quanta long enough for it."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            clock = self._link.quantum if self._link else None
+            if clock is not None:
+                clock.add_checkpoint_time(kind, time.perf_counter() - started)
 
     def _checkpoint_path(self, name: str) -> Path:
         if self.checkpoint_dir is None:

@@ -33,10 +33,12 @@ from hpo.store.records import (
     segment_key, segment_record, start_run, status_of,
 )
 from hpo.trial._cpus import CpuBinding, bind_cpus, thread_environment
+from hpo.scheduling import QuantumRule
 from hpo.trial._handle import Trial, _StoreLink
 from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
-from hpo.trial._log import trial_log
+from hpo.trial._log import LOG_NAME, trial_log
 from hpo.trial._objective import Objective, resolve_objective
+from hpo.trial._quantum import QuantumClock
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
@@ -64,9 +66,9 @@ class TrialTask:
     early_stopping: dict[str, Any] | None = None
     pruner: optuna.pruners.BasePruner | None = None
     direction: str = "maximize"
-    # Reports this task may make before the trial is suspended, checkpointed,
-    # to resume in a later task (segmented scheduling); None: run to the end.
-    segment_steps: int | None = None
+    # Time-shared scheduling: the quanta after which the trial may yield its
+    # slot (checkpointed, to resume in a later task); None: run to the end.
+    quantum: QuantumRule | None = None
     # The trial's last segment index when this task was made (-1: none): the
     # task is over once the trial finishes or suspends after a later segment.
     after_segment: int = -1
@@ -79,7 +81,7 @@ class TrialTask:
 
     @classmethod
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
-                  trial_id: int, params: dict[str, Any], *, segment_steps: int | None = None,
+                  trial_id: int, params: dict[str, Any], *, quantum: QuantumRule | None = None,
                   after_segment: int = -1, objective: str | Objective | None = None,
                   pruner: optuna.pruners.BasePruner | None = None) -> "TrialTask":
         """The task of trial ``number`` of the study ``spec`` (``objective`` and
@@ -97,7 +99,7 @@ class TrialTask:
             cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
             early_stopping=settings,
             pruner=pruner if pruner is not None else make_pruner(settings),
-            direction=spec.metric.direction, segment_steps=segment_steps,
+            direction=spec.metric.direction, quantum=quantum,
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=resources.time_limit_s is not None or resources.gpus > 0,
         )
@@ -126,6 +128,7 @@ class _Result:
     metrics: dict[str, float] = field(default_factory=dict)
     steps: tuple[int, int] | None = None  # first and last step reported by this run
     binding: dict[str, Any] | None = None  # the cores and threads it ran with
+    quantum: dict[str, Any] | None = None  # time-sharing: the quanta it ran (QuantumClock.record)
 
 
 def run_trial(task: TrialTask) -> TrialOutcome:
@@ -152,8 +155,10 @@ def run_trial(task: TrialTask) -> TrialOutcome:
             break
         run = _retry_record(store, task, run, result)  # user code failed: again, from its checkpoint
     run = _end_record(run, result, task, suspended=state is TrialStatus.SUSPENDED)
-    if task.segment_steps is not None:
-        store.write(task.trial_id, segment_key(run["segment"]), segment_record(run, result.steps, state))
+    if task.quantum is not None:
+        segment = {**segment_record(run, result.steps, state), **(result.quantum or {}),
+                   "checkpoint_bytes": _size_of(Path(task.checkpoint_dir))}
+        store.write(task.trial_id, segment_key(run["segment"]), segment)
     store.write_run(task.trial_id, run)
     if state is TrialStatus.SUSPENDED:
         return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
@@ -305,12 +310,32 @@ def open_trial(task: TrialTask) -> Trial:
     its reports are written to the store, its stop decisions read from it, and
     it holds the reports of the trial's earlier segments and attempts."""
     store = task.open_store()
+    attrs = grouped_attrs(store.trial(task.trial_id))
+    earlier = attrs.reports
+    clock = _clock(task, earlier, attrs.segments) if task.quantum else None
     link = _StoreLink(store, task.trial_id, task.metric, task.early_stopping, task.pruner,
-                      task.direction, task.segment_steps)
+                      task.direction, clock)
     Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-    earlier = grouped_attrs(store.trial(task.trial_id)).reports
     return Trial(task.number, dict(task.config), task.checkpoint_dir,
                  cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link)
+
+
+def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
+           segments: list[dict[str, Any]]) -> QuantumClock:
+    """The quantum clock of a task, from the trial's earlier reports and segments."""
+    sign = -1.0 if task.direction == "maximize" else 1.0
+    last = segments[-1] if segments else {}
+    return QuantumClock(
+        task.quantum, preemptions=sum(s.get("outcome") == TrialStatus.SUSPENDED.value for s in segments),
+        history=[sign * m[task.metric] for _, m in reports if task.metric in m],
+        previous_loss=last.get("loss") if last.get("outcome") == TrialStatus.SUSPENDED.value else None,
+        checkpoint_s=last.get("save_s", 0.0) + last.get("restore_s", 0.0))
+
+
+def _size_of(directory: Path) -> int:
+    """Bytes of the checkpoints in a trial's directory (its log aside)."""
+    files = (f for f in directory.rglob("*") if f.is_file() and f.name != LOG_NAME)
+    return sum(f.stat().st_size for f in files)
 
 
 def _run_here(task: TrialTask) -> _Result:
@@ -337,6 +362,8 @@ def _run_here(task: TrialTask) -> _Result:
             log.write(result.error["traceback"])
     result.stop_reason = trial.stop_reason
     result.metrics = _last_metrics(trial, result.returned)
+    if trial._link and trial._link.quantum:
+        result.quantum = trial._link.quantum.record()
     new = trial.reports[len(earlier):]
     result.steps = (new[0][0], new[-1][0]) if new else None
     return result
