@@ -1,30 +1,45 @@
 """Time until the good configurations are found: FIFO against early stopping
-and the scheduling policies.
+and the time-sharing policies, in Hermes' two bins.
 
 Workload (real training, bundled data): scikit-learn ``MLPClassifier`` on the
-digits data, trained epoch by epoch (``hpo.examples.sklearn_digits:train_mlp``),
-16 configurations in bins as in Hermes: learning rates from far too small to
-too large, two optimizers, two widths; only a few are good. Metric: validation
-log loss (minimised). Policies, on 2 slots of one warm 2-worker Dask cluster:
+digits data, trained epoch by epoch, 4 reports an epoch, with an emulated
+resume cost (``bench/_resume_cost.py``: a resumed trial first sleeps
+``--resume-cost-s``, timed as a checkpoint restore). Two bins of 16
+configurations (2 solvers x 2 widths x 4 learning rates), as in the Hermes
+paper (Electronics 2021): bin 1 has 4 good configurations, bin 2 has 12. Jobs
+enter in a random order, the same for every policy (as the paper randomises
+the queue with a fixed seed). Policies, on 2 slots of one warm 2-worker Dask
+cluster:
 
-- ``fifo``: every trial to its end, in the grid's order (what the original
-  PyCOMPSs study did);
+- ``fifo``: every trial to its end (what the original PyCOMPSs study did);
 - ``fifo+asha``: the same with successive halving pruning;
-- ``round_robin`` and ``convergence``: resumable segments of 3 epochs that
-  double at loss milestones 0.3 and 0.15; the next segment goes to the trial
-  that has waited longest, or to the fastest-converging one (Hermes).
+- ``round_robin`` and ``slaq``: time-sharing with quanta 3x Hermes' (the paper
+  gave Gandiva and SLAQ 30 s against Hermes' 10 s);
+- ``convergence``: Hermes as published (time quanta that grow with
+  preemptions, milestones at 75% and 90% loss decrease, preemption only when
+  a waiting trial converges faster);
+- ``convergence+bayes``: the same with TPE proposing the order, learning from
+  suspended trials' curves.
 
-A first FIFO run to the end defines the best loss L* over all configurations.
-A configuration "reaches 90% of the best loss" when it has gone 90% of the way
-from an untrained classifier's loss (L0 = ln 10, uniform guesses over the ten
-digits) to L*: loss <= L0 - 0.9 (L0 - L*). The *good* configurations are those
-that get there in the FIFO run. For each policy: the wall time from the study's first trial start until
-every good configuration has reached that loss (the study is then stopped by
-SIGTERM, its clean stop), and the best loss found by then with its
-configuration. The store is polled every 0.2 s, so times are +-0.2 s.
+Quanta are Hermes' 10 s scaled to these trials (about 9 s each, where the
+paper's jobs ran 1,000 iterations): ``--quantum-s`` (1 s); the resume cost is
+scaled the same way from Hermes' 1.5 s. hpo keeps quanta long enough that
+checkpointing takes at most 5% of them (``max_checkpoint_share``).
 
-Run: ``python bench/time_to_target.py [--repeats R] [--epochs E]``; medians over
-R interleaved rounds. Last line: ``speedup_vs_fifo=<FIFO time / best policy time>``.
+A first FIFO run of each bin gives its best loss L*. A configuration is good
+when it gets 90% of the way from an untrained classifier's loss (ln 10) to
+L*; the paper's metric is the *average* time until the good configurations
+get there; "every" is the time until the last one does (the study is then
+stopped by SIGTERM, its clean stop). The store is polled every 0.2 s.
+
+Then search: convergence with random search against convergence with TPE,
+same budget (16 of the 32 configurations of both bins together), time until
+a trial reaches loss 0.10 (7 of the 32 do), seeds varied per round.
+
+Run: ``python bench/time_to_target.py [--repeats R]``; medians over R
+interleaved rounds. Last lines: ``speedup_vs_fifo_min=<the smaller of the two
+bins' best-policy speedups, paper's metric>`` and
+``bayes_vs_random=<time to target of convergence+random / convergence+bayes>``.
 """
 
 from __future__ import annotations
@@ -51,63 +66,80 @@ from distributed import LocalCluster  # noqa: E402
 from hpo.store import RunDir  # noqa: E402
 from hpo.store.records import run_of  # noqa: E402
 
-POLICIES = {
-    "fifo": {},
-    "fifo+asha": {"early_stopping": {"pruner": "asha", "min_steps": 2}},
-    "round_robin": {"scheduling": {"policy": "round_robin", "segment_steps": 4, "milestones": [0.3, 0.15]}},
-    "convergence": {"scheduling": {"policy": "convergence", "segment_steps": 4, "milestones": [0.3, 0.15]}},
+BINS = {  # learning rates; with 2 solvers and 2 widths, 16 configurations
+    "bin1": [1e-6, 1e-5, 3e-3, 1.0],  # 4 good: lr 3e-3
+    "bin2": [3e-4, 1e-3, 3e-3, 1.0],  # 12 good: all but the diverging lr 1.0
 }
+POOL = [1e-6, 1e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 1.0]  # both bins and more: 32 configurations
+SEARCH_TARGET = 0.10
 POLL_S = 0.2
 UNTRAINED_LOSS = math.log(10)  # log loss of uniform guesses over ten classes
 
 
-def space(name: str, epochs: int, extra: dict) -> dict:
+def policies(quantum_s: float) -> dict[str, dict]:
+    hermes = {"policy": "convergence", "quantum_s": quantum_s, "milestones": ["75%", "90%"]}
     return {
-        "name": name, "objective": "hpo.examples.sklearn_digits:train_mlp",
-        "metric": {"name": "val_loss", "direction": "minimize"},
-        "search": {"algorithm": "grid", "parallel": 2},
-        "fixed": {"max_epochs": epochs, "batch_size": 16, "reports_per_epoch": 4},
-        # Bins: far too small (flat), too small (slow), good, too large
-        # (diverges). Grid order: learning rate first, as a user would write it.
-        "space": {"learning_rate": [1e-6, 1e-4, 1e-2, 1.0], "solver": ["sgd", "adam"],
-                  "units": [64, 512]},
-        **extra,
+        "fifo": {},
+        "fifo+asha": {"early_stopping": {"pruner": "asha", "min_steps": 2}},
+        "round_robin": {"scheduling": {"policy": "round_robin", "quantum_s": 3 * quantum_s}},
+        "slaq": {"scheduling": {"policy": "slaq", "quantum_s": 3 * quantum_s}},
+        "convergence": {"scheduling": hermes},
+        "convergence+bayes": {"scheduling": hermes, "search": {"algorithm": "bayesian"}},
     }
 
 
-def run(policy: str, epochs: int, address: str, tmp: Path, target: float | None,
-        good: set[int] | None) -> dict:
-    """Run one study; stop it once every good configuration reached ``target``."""
-    name = f"{policy.replace('+', '-')}-{time.monotonic_ns()}"
+def space(name: str, rates: list[float], args, extra: dict, seed: int, budget: int) -> dict:
+    search = {"algorithm": "random", "seed": seed, "max_trials": budget, "parallel": 2,
+              **extra.get("search", {})}
+    return {
+        "name": name, "objective": "_resume_cost:train",
+        "metric": {"name": "val_loss", "direction": "minimize"},
+        "fixed": {"max_epochs": args.epochs, "batch_size": 16, "reports_per_epoch": 4,
+                  "resume_cost_s": args.resume_cost_s},
+        "space": {"learning_rate": rates, "solver": ["sgd", "adam"], "units": [64, 512]},
+        **{k: v for k, v in extra.items() if k != "search"}, "search": search,
+    }
+
+
+def run(label: str, study: dict, address: str, tmp: Path, target: float | None,
+        good: set[str] | None, first_only: bool = False) -> dict:
+    """Run one study; stop it once every good configuration reached
+    ``target`` (with ``first_only``: run it to its budget, timing the first
+    configuration that gets there)."""
+    name = study["name"]
     path = tmp / f"{name}.json"
-    path.write_text(json.dumps(space(name, epochs, POLICIES[policy])))
+    path.write_text(json.dumps(study))
     command = [sys.executable, "-m", "hpo", "run", str(path), "--engine", "dask",
                "--scheduler", address, "--runs-dir", str(tmp), "--quiet"]
     study_proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    reached: dict[int, float] = {}
+    reached: dict[str, float] = {}
     run_dir = RunDir(tmp / name)
     while study_proc.poll() is None:
         time.sleep(POLL_S)
         trials = _trials(run_dir)
         now = time.time()
         for t in trials:
-            if target is not None and t.number not in reached and \
+            key = _config(t)
+            if target is not None and key not in reached and \
                     any(v <= target for v in t.intermediate_values.values()):
-                reached[t.number] = now
-        status(f"{policy}: {len(trials)} trials started, "
-               f"{sum(1 for n in reached if good and n in good)}/{len(good or ())} good reached")
+                reached[key] = now
+        wanted = f"{len(reached)}/1 reached" if first_only else \
+            f"{sum(1 for c in reached if good and c in good)}/{len(good or ())} good reached"
+        status(f"{label}: {len(trials)} trials started, {wanted}")
         if good and good <= set(reached):
             study_proc.send_signal(signal.SIGTERM)  # the clean stop
             study_proc.wait()
     trials = _trials(run_dir)
     start = min(run_of(t)["started_at"] for t in trials if run_of(t))
-    losses = {t.number: min(t.intermediate_values.values()) for t in trials if t.intermediate_values}
+    losses = {_config(t): min(t.intermediate_values.values()) for t in trials if t.intermediate_values}
     best = min(losses, key=losses.get)
-    done = good is not None and good <= set(reached)
+    times = [min(reached.values()) - start] if first_only and reached else \
+        [reached[c] - start for c in (good or ()) if c in reached]
+    complete = bool(reached) if first_only else bool(good) and good <= set(reached)
     return {
-        "time_s": max(reached[n] for n in good) - start if done else float("nan"),
-        "best_loss": losses[best], "best_config": _config(trials, best), "losses": losses,
-        "configs": {t.number: _config(trials, t.number) for t in trials},
+        "average_s": statistics.mean(times) if complete else math.inf,
+        "every_s": max(times) if complete else math.inf,
+        "best_loss": losses[best], "best_config": best, "losses": losses,
         "reports": sum(len(t.intermediate_values) for t in trials),
     }
 
@@ -119,8 +151,8 @@ def _trials(run_dir: RunDir) -> list[optuna.trial.FrozenTrial]:
         return []
 
 
-def _config(trials: list[optuna.trial.FrozenTrial], number: int) -> str:
-    params = next(t.params for t in trials if t.number == number)
+def _config(trial: optuna.trial.FrozenTrial) -> str:
+    params = trial.params
     return f"{params['solver']} lr={params['learning_rate']:g} units={params['units']}"
 
 
@@ -129,51 +161,101 @@ def status(text: str) -> None:
     sys.stderr.flush()
 
 
+def unique(label: str) -> str:
+    return f"{label.replace('+', '-')}-{time.monotonic_ns()}"
+
+
+def bins(args, address: str, tmp: Path) -> dict[str, dict]:
+    """Each bin: its reference FIFO run, then every policy, interleaved."""
+    found = {}
+    for bin_name, rates in BINS.items():
+        reference = run(f"{bin_name} reference", space(unique("ref"), rates, args, {}, 0, 16),
+                        address, tmp, None, None)
+        target = UNTRAINED_LOSS - 0.9 * (UNTRAINED_LOSS - reference["best_loss"])
+        good = {c for c, loss in reference["losses"].items() if loss <= target}
+        print(f"\r{bin_name} reference FIFO run: L*={reference['best_loss']:.4f} "
+              f"({reference['best_config']}), target loss {target:.4f}, {len(good)} good",
+              file=sys.stderr)
+        runs: dict[str, list[dict]] = {p: [] for p in policies(args.quantum_s)}
+        order = list(runs)
+        for round_ in range(args.repeats):
+            for policy in order[round_ % len(order):] + order[:round_ % len(order)]:
+                study = space(unique(policy), rates, args, policies(args.quantum_s)[policy], 0, 16)
+                runs[policy].append(run(f"{bin_name} {policy}", study, address, tmp, target, good))
+        found[bin_name] = {"target": target, "good": good, "runs": runs, "reference": reference}
+    return found
+
+
+def search(args, address: str, tmp: Path) -> dict[str, list[dict]]:
+    """Convergence-aware with random search against TPE, seeds varied per
+    round, each to the end of its budget (to compare what they found)."""
+    runs: dict[str, list[dict]] = {"random": [], "bayes": []}
+    hermes = policies(args.quantum_s)["convergence"]
+    for round_ in range(args.repeats):
+        for kind in (["random", "bayes"] if round_ % 2 == 0 else ["bayes", "random"]):
+            extra = {**hermes, "search": {"algorithm": "bayesian"}} if kind == "bayes" else hermes
+            study = space(unique(f"search-{kind}"), POOL, args, extra, seed=round_ + 1, budget=16)
+            runs[kind].append(run(f"search {kind} (round {round_ + 1})", study, address, tmp,
+                                  SEARCH_TARGET, None, first_only=True))
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--epochs", type=int, default=48, help="epochs of a full trial")
+    parser.add_argument("--quantum-s", type=float, default=1.0, help="Hermes' quantum, scaled")
+    parser.add_argument("--resume-cost-s", type=float, default=0.15,
+                        help="emulated cost of each resume (Hermes' 1.5 s, scaled like the quantum)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per slot, as the engine plans
+    # Workers and the study's master import the objective from here.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench"), str(ROOT),
+                                                             os.environ.get("PYTHONPATH")]))
     warnings.filterwarnings("ignore", category=RuntimeWarning)  # diverging bins overflow
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0", resources={"CPU": 1}) as cluster, \
             tempfile.TemporaryDirectory(prefix="hpo-ttt-", ignore_cleanup_errors=True) as tmp:
-        reference = run("fifo", args.epochs, cluster.scheduler_address, Path(tmp), None, None)
-        best_loss = reference["best_loss"]
-        target = UNTRAINED_LOSS - 0.9 * (UNTRAINED_LOSS - best_loss)
-        good = {n for n, loss in reference["losses"].items() if loss <= target}
-        print(f"\rreference FIFO run: L*={best_loss:.4f} ({reference['best_config']}), target "
-              f"loss {target:.4f}, good: {', '.join(reference['configs'][n] for n in sorted(good))}",
-              file=sys.stderr)
-        results: dict[str, list[dict]] = {p: [] for p in POLICIES}
-        order = list(POLICIES)
-        for round_ in range(args.repeats):
-            for policy in order[round_ % len(order):] + order[:round_ % len(order)]:
-                results[policy].append(run(policy, args.epochs, cluster.scheduler_address,
-                                           Path(tmp), target, good))
+        found = bins(args, cluster.scheduler_address, Path(tmp))
+        searched = search(args, cluster.scheduler_address, Path(tmp))
         status("")
-        report(results, target, good, args)
+        report(found, searched, args)
 
 
-def report(results: dict[str, list[dict]], target: float, good: set[int], args) -> None:
-    print(f"\rtime until every good configuration reaches loss {target:.4f} (90% of the way to L*); "
-          f"{len(good)} good of 16; medians of {args.repeats}; 2 slots; {args.epochs} epochs a trial")
-    print(f"{'policy':<13} {'time_s':>7} {'vs FIFO':>8} {'reports':>7} {'best loss':>10}  best configuration")
-    fifo = statistics.median(r["time_s"] for r in results["fifo"])
-    times = {}
-    for policy, runs in results.items():
-        # A policy that never got every good configuration there (a pruner
-        # stopped one) counts as infinitely slow.
-        times[policy] = statistics.median(math.inf if math.isnan(r["time_s"]) else r["time_s"]
-                                          for r in runs)
-        last = runs[-1]
-        print(f"{policy:<13} {times[policy]:7.1f} {fifo / times[policy]:7.2f}x "
-              f"{statistics.median(r['reports'] for r in runs):7.0f} {last['best_loss']:10.4f}  "
-              f"{last['best_config']}")
-    best_policy = min((p for p in times if p != "fifo"), key=times.get)
-    print(f"best policy: {best_policy}")
-    print(f"speedup_vs_fifo={fifo / times[best_policy]:.2f}")
+def report(found: dict[str, dict], searched: dict[str, list[dict]], args) -> None:
+    print(f"\rtime until the good configurations reach 90% of the way to L*; medians of "
+          f"{args.repeats}; 2 slots; {args.epochs} epochs a trial; quantum {args.quantum_s:g} s; "
+          f"resume cost {args.resume_cost_s:g} s")
+    speedups = {}
+    for bin_name, result in found.items():
+        runs = result["runs"]
+        print(f"\n{bin_name}: {len(result['good'])} good of 16, target loss {result['target']:.4f}")
+        print(f"{'policy':<18} {'average_s':>9} {'vs FIFO':>8} {'every_s':>8} {'vs FIFO':>8} "
+              f"{'reports':>7} {'best loss':>10}  best configuration")
+        average = {p: statistics.median(r["average_s"] for r in rs) for p, rs in runs.items()}
+        every = {p: statistics.median(r["every_s"] for r in rs) for p, rs in runs.items()}
+        for policy, rs in runs.items():
+            last = rs[-1]
+            print(f"{policy:<18} {_s(average[policy])} {average['fifo'] / average[policy]:7.2f}x "
+                  f"{_s(every[policy], 8)} {every['fifo'] / every[policy]:7.2f}x "
+                  f"{statistics.median(r['reports'] for r in rs):7.0f} {last['best_loss']:10.4f}  "
+                  f"{last['best_config']}")
+        best = min((p for p in average if p != "fifo"), key=average.get)
+        speedups[bin_name] = average["fifo"] / average[best]
+        print(f"best policy: {best} ({speedups[bin_name]:.2f}x, average time of the good ones)")
+    print(f"\nsearch: convergence-aware, 16 of the 32 configurations, time until loss <= {SEARCH_TARGET}")
+    print(f"{'search':<8} {'time_s':>7} {'best loss':>10}  best configuration (per round)")
+    medians = {}
+    for kind, rs in searched.items():
+        medians[kind] = statistics.median(r["average_s"] for r in rs)
+        bests = "; ".join(f"{r['best_config']} ({r['best_loss']:.4f})" for r in rs)
+        print(f"{kind:<8} {_s(medians[kind], 7)} {min(r['best_loss'] for r in rs):10.4f}  {bests}")
+    print(f"speedup_vs_fifo_min={min(speedups.values()):.2f}")
+    print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
+
+
+def _s(value: float, width: int = 9) -> str:
+    return f"{'never':>{width}}" if math.isinf(value) else f"{value:{width}.1f}"
 
 
 if __name__ == "__main__":

@@ -105,10 +105,17 @@ def _attempt_line(attempt, host, pid, started, ended, error) -> str:
 
 
 def _segment_line(segment: dict[str, Any]) -> str:
-    return (f"segment {segment.get('index')}: steps {segment.get('first_step')}-"
+    line = (f"segment {segment.get('index')}: steps {segment.get('first_step')}-"
             f"{segment.get('last_step')} on {segment.get('worker')}, "
             f"{_when(segment.get('started_at'))} to {_when(segment.get('ended_at'))}, "
             f"{segment.get('outcome')}")
+    if segment.get("quanta") is not None:  # time-shared: how it used its slot
+        judged = segment.get("convergence")
+        line += (f"; {segment['quanta']} quanta"
+                 + (f", last C={judged:.4g}" if judged is not None else "")
+                 + f"; checkpoint {segment.get('checkpoint_bytes', 0):,} B, saved in "
+                 f"{segment.get('save_s', 0.0):.3f} s, restored in {segment.get('restore_s', 0.0):.3f} s")
+    return line
 
 
 def _error_lines(record: TrialRecord, trial: optuna.trial.FrozenTrial) -> list[str]:

@@ -87,6 +87,9 @@ def test_checkpoint_cost_is_measured_and_bounds_the_quantum(tmp_path):
     segments = [s for t in result.trials for s in t.segments if s["outcome"] == "SUSPENDED"]
     assert segments and all(s["checkpoint_bytes"] > 1000 and s["save_s"] > 0 for s in segments)
     assert any(s["restore_s"] > 0 for s in segments)  # resumed, then suspended again
+    shown = subprocess.run([sys.executable, "-m", "hpo", "status", str(tmp_path / "ckpt"), "--trial", "0"],
+                           capture_output=True, text=True, check=True).stdout
+    assert re.search(r"segment 0: .*SUSPENDED; 1 quanta, last C=.*checkpoint [\d,]+ B, saved in", shown)
     # A quantum is never so short that checkpoints take more than their share.
     rule = QuantumRule(seconds=0.01, max_checkpoint_share=0.05)
     assert rule.length(0, [], checkpoint_s=0.2) == (None, pytest.approx(4.0))
