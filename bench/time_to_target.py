@@ -118,11 +118,9 @@ def run(label: str, study: dict, address: str, tmp: Path, target: float | None,
         time.sleep(POLL_S)
         trials = _trials(run_dir)
         now = time.time()
-        for t in trials:
-            key = _config(t)
-            if target is not None and key not in reached and \
-                    any(v <= target for v in t.intermediate_values.values()):
-                reached[key] = now
+        for t in trials:  # (a trial TPE is still sampling has no parameters yet: no reports either)
+            if target is not None and any(v <= target for v in t.intermediate_values.values()):
+                reached.setdefault(_config(t), now)
         wanted = f"{len(reached)}/1 reached" if first_only else \
             f"{sum(1 for c in reached if good and c in good)}/{len(good or ())} good reached"
         status(f"{label}: {len(trials)} trials started, {wanted}")

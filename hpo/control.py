@@ -30,6 +30,7 @@ from hpo.progress import ProgressLine
 from hpo.results import StudyResult
 from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
 from hpo.search import Searcher, create_study, open_search
+from hpo.search._samplers import startup_trials
 from hpo.space import StudySpec
 from hpo.store import RunDir, StudyStore, open_storage
 from hpo.store.records import TrialStatus, run_of, status_of
@@ -91,7 +92,7 @@ class Controller:
     def _loop(self, searcher: Searcher, store: StudyStore) -> None:
         # Never more in flight than the engine can run: trials prepared beyond
         # its slots would only wait, created in the store, past any time budget.
-        parallel = min(self.spec.search.parallel or self.engine.slots, self.engine.slots)
+        parallel = self._parallel()
         # Segmented policies choose when a slot frees, so nothing is queued ahead.
         window = parallel + (0 if self._policy else self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
@@ -165,8 +166,12 @@ class Controller:
         waiting behind the rest of the budget."""
         if not (self._policy and searcher.adaptive):
             return True
-        startup = max(2, min(10, self.spec.max_trials // 3))
-        return finished + waiting < startup or unfinished < 2 * self.engine.slots
+        learnt_from = finished + waiting
+        return learnt_from < startup_trials(self.spec.max_trials) or unfinished < 2 * self._parallel()
+
+    def _parallel(self) -> int:
+        """Trials run at once: the space's ``parallel``, at most the engine's slots."""
+        return min(self.spec.search.parallel or self.engine.slots, self.engine.slots)
 
     def _publish(self, store: StudyStore, published: list[float | None], new_waits: bool,
                  waiting: list[Waiting]) -> None:

@@ -13,7 +13,8 @@ from hpo.search._base import Searcher, _key
 from hpo.search._paused import paused_view
 from hpo.space import Grid
 
-__all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler"]
+__all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler",
+           "startup_trials"]
 
 _TRIES = 20
 
@@ -108,10 +109,15 @@ def random_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.sampl
 def tpe_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
     """Multivariate TPE with the constant liar (running trials count as bad),
     random for the first third of the budget (2 to 10 trials)."""
-    startup = max(2, min(10, max_trials // 3))
     return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup,
+        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup_trials(max_trials),
     )
+
+
+def startup_trials(max_trials: int) -> int:
+    """Trials an adaptive sampler draws at random before it learns: a third
+    of the budget, 2 to 10."""
+    return max(2, min(10, max_trials // 3))
 
 
 def gp_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
