@@ -180,6 +180,10 @@ def _parser() -> argparse.ArgumentParser:
     repair.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
     repair.set_defaults(handler=_repair)
 
+    from hpo.check_resume import add_command as add_check_resume
+
+    add_check_resume(command)
+
     # Review and submission live beside the library, in dashboards/ and launchers/.
     from hpo.dashboards.commands import add_commands as add_review_commands
     from hpo.launchers.commands import add_commands as add_launch_commands
