@@ -17,7 +17,7 @@ from dash import Input, Output, State, dash_table, dcc, html
 
 from hpo.dashboards import leaderboard, trial_page
 from hpo.dashboards.data import StoreReader
-from hpo.dashboards.views import VIEWS, summary
+from hpo.dashboards.views import PARETO, VIEWS, summary, views_of
 
 __all__ = ["make_app", "PAGE_SIZE"]
 
@@ -50,7 +50,7 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
     # The tabs only choose; the active view is built into "view" on the server
     # and arrives with its figure (no hidden graphs waiting for an update).
     tabs = [dcc.Tab(label="Leaderboard", value="leaderboard")]
-    tabs += [dcc.Tab(label=v.label, value=v.key) for v in VIEWS]
+    tabs += [dcc.Tab(label=v.label, value=v.key) for v in views_of(snap)]
     tabs.append(dcc.Tab(label="Trial", value="trial"))
     board = html.Div(id="board", children=[
         html.P("Every trial, best first. Click a header to sort (shift-click for several), "
@@ -90,7 +90,7 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         hidden, shown = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
         if tab == "trial":
             return trial_page.page(reader.snapshot(), number), hidden, shown
-        view = next((v for v in VIEWS if v.key == tab), None)
+        view = next((v for v in (PARETO, *VIEWS) if v.key == tab), None)
         if view is None:
             return [], {"display": "block"}, hidden
         figure = view.figure(reader.snapshot())  # memoised per snapshot: tab switches are cheap

@@ -90,11 +90,14 @@ class Snapshot:
     stop: dict[str, Any] | None = None
     version: str = ""
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: ``(metric, direction)`` of each objective of a multi-objective study; else empty.
+    objectives: tuple[tuple[str, str], ...] = ()
 
     @cached_property
     def result(self) -> StudyResult:
         """The same ranking, counts and cost as ``hpo status``."""
-        return StudyResult(self.name, self.metric, self.direction, list(self.trials), self.stop)
+        return StudyResult(self.name, self.metric, self.direction, list(self.trials), self.stop,
+                           objectives=list(self.objectives))
 
     @cached_property
     def ranked(self) -> list[TrialView]:
@@ -160,9 +163,12 @@ class StoreReader:
     def _read(self) -> Snapshot:
         store, spec = self._store, self.spec
         views = [self._view(t) for t in store.trials()]
+        metrics = _metrics_of(spec)
         return Snapshot(
             run_dir=str(self.run_dir.path), name=spec.get("name", self.run_dir.path.name),
-            metric=(spec.get("metric") or {}).get("name", "value"),
+            metric=metrics[0].get("name", "value"),
+            objectives=tuple((m["name"], m.get("direction", "maximize")) for m in metrics)
+            if len(metrics) > 1 else (),
             direction="maximize" if store.maximize else "minimize",
             trials=tuple(views), taken_at=time.time(),
             slots=(spec.get("search") or {}).get("parallel"),
@@ -180,6 +186,12 @@ class StoreReader:
         view = TrialView.from_frozen(trial)
         self._views[trial_id] = (trial, view)
         return view
+
+
+def _metrics_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The spec's objectives: its "metric" object, or its list of them."""
+    metric = spec.get("metric") or {}
+    return metric if isinstance(metric, list) and metric else [metric]
 
 
 def _version(views: list[TrialView]) -> str:

@@ -28,6 +28,7 @@ def columns(snap: Snapshot) -> tuple[dict[str, str], ...]:
     """DataTable columns; parameters get ids ``param_<i>`` (names may hold anything)."""
     fixed = [("rank", "rank", "numeric"), ("trial", "trial", "numeric"), ("state", "state", "text"),
              ("value", snap.metric, "numeric")]
+    fixed += [(f"value_{i}", name, "numeric") for i, (name, _) in enumerate(snap.objectives) if i]
     params = [(f"param_{i}", name, _kind(snap, name)) for i, name in enumerate(snap.param_names)]
     tail = [("duration_s", "duration (s)", "numeric"), ("attempts", "attempts", "numeric"),
             ("steps", "steps", "numeric"), ("host", "host", "text"), ("error", "error", "text")]
@@ -49,7 +50,8 @@ def _kind(snap: Snapshot, name: str) -> str:
 def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
     """Every trial as a table row, in rank order."""
     names = snap.param_names
-    numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[4:])}
+    params_at = 4 + max(0, len(snap.objectives) - 1)  # after the objectives' columns
+    numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[params_at:])}
     out = []
     rank_of = ranks(snap)
     for t in snap.ranked:
@@ -59,6 +61,8 @@ def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
             "attempts": t.attempt, "steps": t.steps, "host": t.host or "",
             "error": (t.error or "")[:ERROR_CHARS],
         }
+        for i, value in enumerate((t.values or [])[1:], start=1):
+            row[f"value_{i}"] = _number(value)
         for i, name in enumerate(names):
             value = t.params.get(name)
             row[f"param_{i}"] = value if numeric[name] or value is None else str(value)
@@ -81,8 +85,7 @@ def tooltips(snap: Snapshot, shown: list[dict[str, Any]]) -> list[dict[str, Any]
 def ranks(snap: Snapshot) -> dict[int, int]:
     """Trial number -> rank, as ``hpo status`` shows it: only completed trials
     have one (a failed trial is not 12th of anything)."""
-    rank_of = snap.result.rank_of
-    return {t.number: r for i, t in enumerate(snap.ranked) if (r := rank_of(i, t)) is not None}
+    return snap.result.ranks()  # multi-objective: the Pareto rank
 
 
 def _number(value: float | None) -> float | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpo.dashboards import leaderboard
 from hpo.dashboards.data import Snapshot, gc_paused, load_snapshot
-from hpo.dashboards.views import VIEWS, summary
+from hpo.dashboards.views import summary, views_of
 
 __all__ = ["build_report", "write_report"]
 
@@ -41,27 +41,34 @@ def build_report(snap: Snapshot) -> str:
     esc = html.escape
     nav = " ".join(f'<a href="#{key}">{esc(label)}</a>'
                    for key, label in [("leaderboard", "Leaderboard")] +
-                   [(v.key, v.label) for v in VIEWS] + [("failures", "Failures")])
+                   [(v.key, v.label) for v in views_of(snap)] + [("failures", "Failures")])
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         f"<title>hpo report: {esc(snap.name)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>Study {esc(snap.name)}</h1>",
         f"<p class=\"summary\">{esc(summary(snap))}</p>",
-        f"<p class=\"summary\">Run directory {esc(snap.run_dir)}; metric {esc(snap.metric)} "
-        f"({esc(snap.direction)}).</p><nav>{nav}</nav>",
+        f"<p class=\"summary\">Run directory {esc(snap.run_dir)}; {esc(_metrics_text(snap))}."
+        f"</p><nav>{nav}</nav>",
         "<section id=\"leaderboard\"><h2>Leaderboard</h2>",
         f"<div class=\"scroll\">{leaderboard.html_table(snap, LEADERBOARD_ROWS)}</div></section>",
     ]
-    for i, view in enumerate(VIEWS):
+    for i, view in enumerate(views_of(snap)):
         figure = view.figure(snap)
         # Plotly's JavaScript inline once, in the first figure; the others reuse it.
         div = figure.to_html(full_html=False, include_plotlyjs=i == 0, div_id=f"plot-{view.key}",
                              config={"displaylogo": False, "responsive": True})
+        front = (f"<pre>{esc(snap.result.pareto_table())}</pre>" if view.key == "pareto" else "")
         parts.append(f"<section id=\"{view.key}\" class=\"view\"><h2>{esc(view.label)}</h2>"
-                     f"<p class=\"what\">{esc(view.what)}</p>{div}</section>")
+                     f"<p class=\"what\">{esc(view.what)}</p>{div}{front}</section>")
     parts.append(_failures(snap))
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _metrics_text(snap: Snapshot) -> str:
+    if not snap.objectives:
+        return f"metric {snap.metric} ({snap.direction})"
+    return "objectives " + ", ".join(f"{m} ({d})" for m, d in snap.objectives)
 
 
 def _failures(snap: Snapshot) -> str:

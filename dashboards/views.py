@@ -8,11 +8,11 @@ from typing import NamedTuple
 
 import plotly.graph_objects as go
 
-from hpo.dashboards import analysis, figures, timeline
+from hpo.dashboards import analysis, figures, pareto, timeline
 from hpo.dashboards.data import Snapshot
 from hpo.units import format_resource_time
 
-__all__ = ["View", "VIEWS", "summary"]
+__all__ = ["View", "VIEWS", "PARETO", "views_of", "summary"]
 
 
 class View(NamedTuple):
@@ -51,13 +51,25 @@ VIEWS = (
 )
 
 
+PARETO = View("pareto", "Pareto front",
+              "Completed trials by the first two objectives; red: the Pareto front (no other trial "
+              "is as good in every objective and better in one), joined in order.", pareto.pareto)
+
+
+def views_of(snap: Snapshot) -> tuple[View, ...]:
+    """The views of this study: the Pareto front first in a multi-objective one."""
+    return (PARETO, *VIEWS) if snap.objectives else VIEWS
+
+
 def summary(snap: Snapshot) -> str:
     """One line: trials by state, best trial, cost, when it was read (plain text)."""
     counts = ", ".join(f"{n} {state.lower()}" for state, n in snap.result.counts.items() if n)
     best = snap.result.best
     spent = timeline.cost(snap)
     parts = [f"study {snap.name}", f"{len(snap.trials)} trials" + (f": {counts}" if counts else "")]
-    if best is not None:
+    if snap.objectives:
+        parts.append(f"Pareto front {len(snap.result.pareto_front)} trials")
+    elif best is not None:
         parts.append(f"best {snap.metric}={best.value + 0.0:.6g} (trial {best.number})")
     parts.append(f"{format_resource_time(spent['core_hours'])}, "
                  f"{format_resource_time(spent['gpu_hours'], 'GPU')}")

@@ -243,6 +243,7 @@ def _run(args: argparse.Namespace) -> int:
     result = run(spec, engine=engine, scheduler=args.scheduler, workers=args.workers,
                  storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet,
                  allow_changes=args.allow_changes)
+    _print_pareto(result)
     print(result.table(limit=_STATUS_ROWS))
     _print_summary(result, run_dir)
     print(f"\nmore: hpo status {shlex.quote(str(run_dir))} (--all, --trial N); "
@@ -263,12 +264,21 @@ def _print_summary(result, run_dir: Path) -> None:
         print(f"first failure: trial {failed[0].number}: {failed[0].error}\n"
               f"  the whole traceback and the trial's log: "
               f"hpo status {shlex.quote(str(run_dir))} --trial {failed[0].number}")
-    if result.best:
+    if result.multi_objective:
+        front = result.pareto_front
+        print(f"Pareto front: {len(front)} trials ({', '.join(str(t.number) for t in front) or 'none yet'})")
+    elif result.best:
         print(f"best: trial {result.best.number}, {result.metric}={format_number(result.best.value, 6)}, "
               f"config {json.dumps(result.best.params)}")
     cost = result.cost
     print(f"cost: {format_resource_time(cost['core_hours'])}"
           + (f", {format_resource_time(cost['gpu_hours'], 'GPU')}" if cost["gpu_hours"] else ""))
+
+
+def _print_pareto(result) -> None:
+    """A multi-objective study's Pareto front, before its leaderboard."""
+    if result.multi_objective:
+        print(result.pareto_table() + "\n")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -295,6 +305,7 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(result.summary(), indent=2))
         return 0
     run_dir = shlex.quote(args.run_dir)
+    _print_pareto(result)
     print(result.table(limit=None if args.all else args.limit))
     if not args.all and len(result.trials) > args.limit:
         print(f"  (the best {args.limit} shown: --all for every trial, --limit N for more)")

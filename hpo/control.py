@@ -129,7 +129,7 @@ class Controller:
             for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):
                 trial = lifecycle.collect(store, self.engine, self._in_flight[number])
                 del self._in_flight[number]
-                state, value = status_of(trial), trial.value if trial.values else None
+                state, value = status_of(trial), trial.values[0] if trial.values else None
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = waiting_of(trial, maximize)
                     continue
@@ -140,7 +140,7 @@ class Controller:
                     trial = store.trial(store.trial_id(trial))
                     state = status_of(trial)
                 tally.add(number, state, value, maximize)
-                if not stopping and self._reached_target(state, value):
+                if not stopping and self._reached_target(state, trial.values):
                     stopping = self._stop(store, {"reason": "target", "trial": number, "value": value})
             if not stopping and time.monotonic() > deadline:
                 stopping = self._stop(store, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
@@ -216,11 +216,8 @@ class Controller:
             return 0
         return parallel if self.spec.search.algorithm in ("grid", "random") else 1
 
-    def _reached_target(self, state: TrialStatus, value: float | None) -> bool:
-        target = self.spec.metric.target
-        if target is None or state is not TrialStatus.COMPLETE:
-            return False
-        return value >= target if self.spec.metric.direction == "maximize" else value <= target
+    def _reached_target(self, state: TrialStatus, values: list[float] | None) -> bool:
+        return state is TrialStatus.COMPLETE and self.spec.reaches_target(values)
 
     def _stop(self, store: StudyStore, reason: dict[str, Any]) -> bool:
         lifecycle.stop(store, self.engine, self._in_flight, reason)
@@ -242,7 +239,7 @@ class _Tally:
         for trial in store.trials():
             state = status_of(trial)
             if state.is_finished:
-                tally.add(trial.number, state, trial.value if trial.values else None, maximize)
+                tally.add(trial.number, state, trial.values[0] if trial.values else None, maximize)
         return tally
 
     def add(self, number: int, state: TrialStatus, value: float | None, maximize: bool) -> None:

@@ -78,6 +78,7 @@ ALGORITHMS = Registry("search algorithm", {
 SAMPLERS = Registry("sampler", {
     "tpe": "hpo.search:tpe_sampler",
     "gp": "hpo.search:gp_sampler",
+    "nsga2": "hpo.search._multi:nsga2_sampler",  # multi-objective studies
 })
 PRUNERS = Registry("pruner", {
     "none": None,

@@ -44,6 +44,9 @@ class TrialRecord:
     events: list[dict[str, Any]] = field(default_factory=list)
     segments: list[dict[str, Any]] = field(default_factory=list)
     cost: Cost = field(default_factory=Cost, compare=False, repr=False)
+    #: One value per objective in a multi-objective study (``value`` is the
+    #: first); None otherwise.
+    values: list[float] | None = None
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
@@ -54,6 +57,8 @@ class TrialRecord:
         data = asdict(self)
         data["state"] = self.state.value
         del data["cost"]  # core_seconds and gpu_seconds say it
+        if self.values is None:
+            del data["values"]  # single objective: "value" says it
         return data
 
 
@@ -64,7 +69,8 @@ def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict
     cost = cost_of(trial)
     return dict(
         number=trial.number, state=status_of(trial),
-        value=trial.value if trial.values else None, params=dict(trial.params),
+        value=trial.values[0] if trial.values else None, params=dict(trial.params),
+        values=list(trial.values) if trial.values and len(trial.values) > 1 else None,
         metrics=run.get("metrics") or {}, host=run.get("host"), attempt=run.get("attempt", 0),
         started_at=run.get("started_at"), ended_at=run.get("ended_at"),
         duration_s=run.get("duration_s"), core_seconds=cost.core_seconds,
@@ -97,23 +103,50 @@ class StudyResult:
     stop: dict[str, Any] | None = None
     #: Every trial's reports, ``(step, {metric: value})`` in step order, by trial number.
     curves: dict[int, list[tuple[int, dict[str, float]]]] = field(default_factory=dict, repr=False)
+    #: Every objective as ``(metric, direction)`` in a multi-objective study; else empty.
+    objectives: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def from_store(cls, store: StudyStore, metric: str) -> "StudyResult":
+        """``metric`` names the first objective; the others' names are the study's."""
         trials, curves = [], {}
         for frozen in store.trials():
             reports, events, segments = grouped_attrs(frozen)
             trials.append(TrialRecord(**record_fields(frozen, len(reports), events, segments)))
             curves[frozen.number] = reports
         direction = "maximize" if store.maximize else "minimize"
-        return cls(store.name, metric, direction, trials, store.stop(), curves)
+        return cls(store.name, metric, direction, trials, store.stop(), curves, _objectives_of(store))
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "StudyResult":
         """Read the results of the study in ``run_dir``, changing nothing there
         (a missing journal is an error, never created empty)."""
         run = RunDir(Path(run_dir))
-        return cls.from_store(run.open_store(read_only=True), run.read()["spec"]["metric"]["name"])
+        metric = run.read()["spec"]["metric"]
+        first = metric[0] if isinstance(metric, list) else metric
+        return cls.from_store(run.open_store(read_only=True), first["name"])
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    def pareto_ranks(self) -> dict[int, int]:
+        """Each completed trial's Pareto rank by trial number: 1 for the front
+        (no other trial is as good in every objective and better in one), 2 for
+        the front once those are set aside, and so on. Empty for one objective."""
+        if not self.multi_objective:
+            return {}
+        signs = [-1.0 if direction == "maximize" else 1.0 for _, direction in self.objectives]
+        losses = {t.number: [s * v for s, v in zip(signs, t.values)]
+                  for t in self.trials if t.state is TrialStatus.COMPLETE and t.values}
+        return _non_dominated_ranks(losses)
+
+    @property
+    def pareto_front(self) -> list[TrialRecord]:
+        """The completed trials no other dominates, by number (Optuna's
+        ``study.best_trials``)."""
+        ranks = self.pareto_ranks()
+        return [t for t in self.trials if ranks.get(t.number) == 1]
 
     @property
     def best(self) -> TrialRecord | None:
@@ -130,21 +163,24 @@ class StudyResult:
         Only completed trials have a rank (:meth:`rank_of`).
         """
         sign = -1.0 if self.direction == "maximize" else 1.0
+        pareto = self.pareto_ranks()  # multi-objective: by Pareto rank, then the first objective
 
         def key(t: TrialRecord) -> tuple:
             group = _RANK_GROUPS.get(t.state, 3)
             if group == 1 and t.value is None:
                 group = 3
             valued = group <= 1 and t.value is not None
-            return group, sign * t.value if valued else 0.0, t.number
+            return group, pareto.get(t.number, 0), sign * t.value if valued else 0.0, t.number
 
         return sorted(self.trials, key=key)
 
-    @staticmethod
-    def rank_of(position: int, trial: TrialRecord) -> int | None:
+    def rank_of(self, position: int, trial: TrialRecord) -> int | None:
         """The rank shown for the trial at ``position`` (0-based) of :meth:`ranked`:
-        completed trials only, since only their values answer the question asked."""
-        return position + 1 if trial.state is TrialStatus.COMPLETE else None
+        completed trials only, since only their values answer the question asked;
+        in a multi-objective study, the trial's Pareto rank."""
+        if trial.state is not TrialStatus.COMPLETE:
+            return None
+        return self.pareto_ranks().get(trial.number) if self.multi_objective else position + 1
 
     @property
     def counts(self) -> dict[str, int]:
@@ -167,29 +203,55 @@ class StudyResult:
             "best": None if best is None else {"number": best.number, "value": best.value,
                                                "params": best.params},
             **self.cost,
+            **(self._pareto_summary() if self.multi_objective else {}),
         }
+
+    def ranks(self) -> dict[int, int]:
+        """The rank shown for each completed trial, by number (see :meth:`rank_of`)."""
+        if self.multi_objective:
+            return self.pareto_ranks()
+        return {t.number: r for i, t in enumerate(self.ranked()) if (r := self.rank_of(i, t)) is not None}
+
+    def _pareto_summary(self) -> dict[str, Any]:
+        return {
+            "objectives": [{"metric": m, "direction": d} for m, d in self.objectives],
+            "pareto_front": [{"number": t.number, "values": t.values, "params": t.params}
+                             for t in self.pareto_front],
+        }
+
+    def pareto_table(self) -> str:
+        """The Pareto front as plain text, by first objective (multi-objective only)."""
+        sign = -1.0 if self.objectives[0][1] == "maximize" else 1.0
+        front = sorted(self.pareto_front, key=lambda t: (sign * t.values[0], t.number))
+        names = sorted({k for t in front for k in t.params})
+        header = ["trial", *(f"{m} ({d[:3]})" for m, d in self.objectives), *names]
+        rows = [[str(t.number), *(format_value(v) for v in t.values),
+                 *(format_value(t.params.get(n)) for n in names)] for t in front]
+        return f"Pareto front ({len(front)} trials)\n" + _text_table(header, rows)
 
     def table(self, limit: int | None = None) -> str:
         """A plain-text leaderboard, best configuration first; with ``limit``,
         its first rows and a last line saying how many were left out."""
         names = sorted({k for t in self.trials for k in t.params})
-        header = ["rank", "trial", "state", self.metric, "time_s", *names]
-        rows = [[format_value(self.rank_of(i, t)), str(t.number), t.state.value, format_value(t.value),
+        metrics = [m for m, _ in self.objectives] or [self.metric]
+        header = ["rank", "trial", "state", *metrics, "time_s", *names]
+        ranks = self.ranks()
+        rows = [[format_value(ranks.get(t.number)), str(t.number), t.state.value,
+                 *(format_value(v) for v in (t.values or [t.value] * len(metrics))),
                  format_seconds(t.duration_s), *(format_value(t.params.get(n)) for n in names)]
-                for i, t in enumerate(self.ranked()[:limit])]
-        widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
-        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
-                 for row in [header, *rows]]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+                for t in self.ranked()[:limit]]
+        text = _text_table(header, rows)
         if len(rows) < len(self.trials):
-            lines.append(f"... {len(self.trials) - len(rows)} more trials not shown")
-        return "\n".join(lines)
+            text += f"\n... {len(self.trials) - len(rows)} more trials not shown"
+        return text
 
     def to_json(self) -> str:
         """Every trial, best first, with its reports (learning curves) as
         ``"reports": [{"step": s, "metrics": {...}}]``."""
-        trials = [{**t.to_dict(), "reports": [{"step": step, "metrics": metrics}
-                                              for step, metrics in self.curves.get(t.number, [])]}
+        ranks = self.pareto_ranks()
+        trials = [{**t.to_dict(), **self._pareto_fields(t, ranks),
+                   "reports": [{"step": step, "metrics": metrics}
+                               for step, metrics in self.curves.get(t.number, [])]}
                   for t in self.ranked()]
         return json.dumps({**self.summary(), "trials": trials}, indent=2)
 
@@ -211,15 +273,63 @@ class StudyResult:
                  "duration_s", "core_seconds", "gpu_seconds", "steps", "error", "traceback"]
         params = sorted({f"params.{k}" for t in self.trials for k in t.params})
         metrics = sorted({f"metrics.{k}" for t in self.trials for k in t.metrics})
+        pareto = ([f"values.{m}" for m, _ in self.objectives] + ["pareto_rank", "pareto"]
+                  if self.multi_objective else [])
         out = io.StringIO()
-        writer = csv.DictWriter(out, fixed + params + metrics, extrasaction="ignore")
+        writer = csv.DictWriter(out, fixed + pareto + params + metrics, extrasaction="ignore")
         writer.writeheader()
+        ranks = self.pareto_ranks()
         for t in self.ranked():
-            row = t.to_dict()
+            row = {**t.to_dict(), **self._pareto_fields(t, ranks)}
+            row.update({f"values.{m}": v for (m, _), v in zip(self.objectives, t.values or [])})
             row.update({f"params.{k}": v for k, v in t.params.items()})
             row.update({f"metrics.{k}": v for k, v in t.metrics.items()})
             writer.writerow(row)
         return out.getvalue()
+
+    def _pareto_fields(self, trial: TrialRecord, ranks: dict[int, int]) -> dict[str, Any]:
+        """A trial's Pareto rank and whether it is on the front (multi-objective only)."""
+        if not self.multi_objective:
+            return {}
+        rank = ranks.get(trial.number)
+        return {"pareto_rank": rank, "pareto": rank == 1}
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+             for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _objectives_of(store: StudyStore) -> list[tuple[str, str]]:
+    """``(metric, direction)`` of each objective of a multi-objective study; else []."""
+    directions = store.storage.get_study_directions(store.study_id)
+    if len(directions) < 2:
+        return []
+    names = store.study().metric_names or [f"objective_{i}" for i in range(len(directions))]
+    return [(name, "maximize" if d == optuna.study.StudyDirection.MAXIMIZE else "minimize")
+            for name, d in zip(names, directions)]
+
+
+def _dominates(a: list[float], b: list[float]) -> bool:
+    """Whether losses ``a`` are as low as ``b`` in every objective and lower in one."""
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
+
+
+def _non_dominated_ranks(losses: dict[int, list[float]]) -> dict[int, int]:
+    """Non-dominated sorting: peel off the front of what is left, rank by rank."""
+    ranks: dict[int, int] = {}
+    left = dict(losses)
+    rank = 1
+    while left:
+        front = [n for n, a in left.items() if not any(_dominates(b, a) for b in left.values())]
+        ranks.update(dict.fromkeys(front, rank))
+        for n in front:
+            del left[n]
+        rank += 1
+    return ranks
 
 
 # Where a state sorts in the leaderboard (see StudyResult.ranked).

@@ -24,16 +24,17 @@ __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_st
 
 
 def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:
-    """Create the study in ``storage``, or load it to resume; the metric's name
-    is the study's metric name in Optuna (optuna-dashboard shows it)."""
+    """Create the study in ``storage``, or load it to resume; the metrics' names
+    are the study's metric names in Optuna (optuna-dashboard shows them)."""
     study = optuna.create_study(
-        study_name=spec.name, storage=storage, direction=spec.metric.direction,
+        study_name=spec.name, storage=storage, directions=[m.direction for m in spec.metrics],
         sampler=ProposalSampler(spec.distributions()), load_if_exists=True,
     )
-    if study.metric_names != [spec.metric.name]:  # written once, not at every resume
+    names = [m.name for m in spec.metrics]
+    if study.metric_names != names:  # written once, not at every resume
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2; stable in use
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([spec.metric.name])
+            study.set_metric_names(names)
     return study
 
 

@@ -248,6 +248,28 @@ class StudySpec:
     params: dict[str, Param]
     scheduling: Scheduling = Scheduling()
     source: str = field(default="<dict>", compare=False)
+    #: Every objective when "metric" is a list; ``metric`` is then the first.
+    objectives: tuple[Metric, ...] = ()
+
+    @property
+    def metrics(self) -> tuple[Metric, ...]:
+        """The objectives in order: one, or those of a "metric" list."""
+        return self.objectives or (self.metric,)
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.metrics) > 1
+
+    def reaches_target(self, values: list[float] | float | None) -> bool:
+        """Whether a trial's values (one per objective) reach the target of
+        any objective that has one."""
+        if values is None:
+            return False
+        values = [values] if isinstance(values, (int, float)) else list(values)
+        return any(
+            m.target is not None and (v >= m.target if m.direction == "maximize" else v <= m.target)
+            for m, v in zip(self.metrics, values)
+        )
 
     def grid(self) -> Grid:
         """The lazy grid over all parameters; SpaceError if one is a continuous range."""
@@ -279,7 +301,7 @@ class StudySpec:
         return {
             "name": self.name,
             "objective": self.objective,
-            "metric": asdict(self.metric),
+            "metric": [asdict(m) for m in self.objectives] if self.objectives else asdict(self.metric),
             "search": asdict(self.search),
             "resources": asdict(self.resources),
             "retries": asdict(self.retries),
@@ -312,8 +334,10 @@ class StudySpec:
 
     def describe(self) -> str:
         """A multi-line summary for ``hpo validate``."""
-        metric, search, res, stop = self.metric, self.search, self.resources, self.early_stopping
-        target = "" if metric.target is None else f", target {metric.target:g}"
+        search, res, stop = self.search, self.resources, self.early_stopping
+        metric_line = "; ".join(
+            f"{m.name} ({m.direction}" + ("" if m.target is None else f", target {m.target:g}") + ")"
+            for m in self.metrics)
         algorithm = search.algorithm + (f" ({search.sampler})" if search.sampler else "")
         parallel = "all engine slots" if search.parallel is None else str(search.parallel)
         search_line = f"{algorithm}, max_trials {self.max_trials:,}, parallel {parallel}"
@@ -342,7 +366,7 @@ class StudySpec:
         lines = [
             f"study       {self.name}  ({self.source})",
             f"objective   {self.objective}",
-            f"metric      {metric.name} ({metric.direction}{target})",
+            f"metric      {metric_line}",
             f"search      {search_line}",
             f"resources   {resources} per trial",
             f"retries     objective {self.retries.objective}, engine {self.retries.engine}",
@@ -425,10 +449,12 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
     def get(key: str, check: _Check, default: Any) -> Any:
         return default if top.get(key) is None else check(top[key], root / key)
 
+    metrics = _metrics(top.get("metric"), root / "metric")
+
     spec = StudySpec(
         name=get("name", _name, _safe_name(default_name)),
         objective=get("objective", _objective, DEFAULT_OBJECTIVE),
-        metric=_section(Metric, top.get("metric"), root / "metric", _METRIC),
+        metric=metrics[0],
         search=_search(top.get("search"), root / "search"),
         resources=_section(Resources, top.get("resources"), root / "resources", _RESOURCES),
         retries=get("retries", _retries, Retries()),
@@ -439,7 +465,10 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         fixed=_fixed(top.get("fixed"), root / "fixed", params),
         params=params,
         source=source,
+        objectives=metrics if isinstance(top.get("metric"), list) else (),
     )
+    if spec.multi_objective:
+        _check_multi_objective(spec, root)
     if spec.grid_size is None:
         if spec.search.algorithm == "grid":
             spec.grid()  # raises the continuous parameter's own error
@@ -489,6 +518,38 @@ def _section(cls: type, value: object, at: Loc, checks: dict[str, _Check]) -> An
         return cls()
     given = as_object(value, at, checks)
     return cls(**{key: checks[key](item, at / key) for key, item in given.items() if item is not None})
+
+
+def _metrics(value: object, at: Loc) -> tuple[Metric, ...]:
+    """One metric object, or a list of them (a multi-objective study)."""
+    if not isinstance(value, list):
+        return (_section(Metric, value, at, _METRIC),)
+    example = '[{"name": "val_accuracy", "direction": "maximize"}, {"name": "fit_seconds", "direction": "minimize"}]'
+    if not value:
+        at.expected("a metric object or a non-empty list of them", value, f'e.g. "metric": {example}')
+    metrics = tuple(_section(Metric, item if item is not None else {}, at / i, _METRIC)
+                    for i, item in enumerate(value))
+    seen: set[str] = set()
+    for i, metric in enumerate(metrics):
+        if metric.name in seen:
+            (at / i / "name").fail(f"objective {metric.name!r} is listed twice",
+                                   "give each objective its own metric name, or remove one")
+        seen.add(metric.name)
+    return metrics
+
+
+def _check_multi_objective(spec: StudySpec, root: Loc) -> None:
+    """Refuse settings that rank trials by a single value."""
+    if spec.early_stopping.pruner != "none":
+        (root / "early_stopping" / "pruner").fail(
+            f"pruner {spec.early_stopping.pruner!r} with {len(spec.metrics)} objectives: "
+            "Optuna's pruners support single-objective studies only",
+            'remove early_stopping.pruner or use one metric')
+    if spec.scheduling.policy != "fifo":
+        (root / "scheduling" / "policy").fail(
+            f"scheduling policy {spec.scheduling.policy!r} with {len(spec.metrics)} objectives: "
+            "segmented policies rank trials by a single loss",
+            'remove scheduling.policy (or set it to "fifo") or use one metric')
 
 
 def _search(value: object, at: Loc) -> SearchSettings:

@@ -46,7 +46,13 @@ def _is_record(info: object) -> bool:
     spec = info.get("spec") if isinstance(info, dict) else None
     return (isinstance(spec, dict) and isinstance(info.get("storage"), str)
             and isinstance(spec.get("name"), str) and isinstance(spec.get("space"), dict)
-            and isinstance(spec.get("metric"), dict) and isinstance(spec["metric"].get("name"), str))
+            and all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in _metric_list(spec)))
+
+
+def _metric_list(spec: dict[str, Any]) -> list[Any]:
+    """The spec's objectives: its "metric" object, or its list of them."""
+    metric = spec.get("metric")
+    return metric if isinstance(metric, list) and metric else [metric]
 
 
 @dataclass(frozen=True)
@@ -230,7 +236,10 @@ def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
 
 def _get(spec: dict[str, Any], dotted: str) -> Any:
     for part in dotted.split("."):
-        spec = spec.get(part) if isinstance(spec, dict) else None
+        if isinstance(spec, list):  # several objectives: each one's value
+            spec = [item.get(part) if isinstance(item, dict) else None for item in spec]
+        else:
+            spec = spec.get(part) if isinstance(spec, dict) else None
     return spec
 
 

@@ -140,12 +140,13 @@ class StudyStore:
         it at once instead of waiting for its heartbeat to go stale."""
         self.write(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
 
-    def finish(self, trial_id: int, status: TrialStatus, value: float | None) -> bool:
-        """End a trial with ``status``; False when it had ended already (the
-        first end wins: a finished trial never changes)."""
+    def finish(self, trial_id: int, status: TrialStatus, value: float | list[float] | None) -> bool:
+        """End a trial with ``status`` and its value (a list: one per objective);
+        False when it had ended already (the first end wins: a finished trial
+        never changes)."""
+        values = None if value is None else list(value) if isinstance(value, list) else [value]
         try:
-            self.storage.set_trial_state_values(
-                trial_id, status.stored_as, None if value is None else [value])
+            self.storage.set_trial_state_values(trial_id, status.stored_as, values)
         except optuna.exceptions.UpdateFinishedTrialError:
             return False
         return True

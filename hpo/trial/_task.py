@@ -59,6 +59,8 @@ class TrialTask:
     objective: str | Objective
     metric: str
     checkpoint_dir: str
+    # Every objective's metric, in order, in a multi-objective study; else empty.
+    objectives: tuple[str, ...] = ()
     cpus: int = 1
     gpus: int = 0
     time_limit_s: float | None = None
@@ -96,6 +98,7 @@ class TrialTask:
             storage=storage, study_name=spec.name, trial_id=trial_id, number=number,
             config={**spec.fixed, **params}, objective=objective or spec.objective,
             metric=spec.metric.name, checkpoint_dir=str(run_dir.checkpoint_dir(number)),
+            objectives=tuple(m.name for m in spec.metrics) if spec.multi_objective else (),
             cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
             early_stopping=settings,
             pruner=pruner if pruner is not None else make_pruner(settings),
@@ -150,7 +153,7 @@ def run_trial(task: TrialTask) -> TrialOutcome:
                     return _cancelled(store, task, run, interruption)
                 result = _Result(timed_out=True, error={
                     "type": interruption.kind, "message": "the engine ended the task at its time_out"})
-        state, value = _classify(result, task.metric)
+        state, value = _classify(result, task.metric, task.objectives)
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
         run = _retry_record(store, task, run, result)  # user code failed: again, from its checkpoint
@@ -267,7 +270,7 @@ def _retry_record(store: StudyStore, task: TrialTask, run: RunRecord, result: "_
 
 
 def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
-    return TrialOutcome(trial.number, status_of(trial), trial.value if trial.values else None)
+    return TrialOutcome(trial.number, status_of(trial), trial.values[0] if trial.values else None)
 
 
 def _start_record(store: StudyStore, task: TrialTask, stored: optuna.trial.FrozenTrial) -> RunRecord:
@@ -386,14 +389,18 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool)
 
 
-def _classify(result: _Result, metric: str) -> tuple[TrialStatus, float | None]:
-    """Turn what happened into a state and a value; problems go into result.error."""
+def _classify(result: _Result, metric: str,
+              objectives: tuple[str, ...] = ()) -> tuple[TrialStatus, float | list[float] | None]:
+    """Turn what happened into a state and a value (one per objective when
+    ``objectives`` are given); problems go into result.error."""
     if result.timed_out:
         return TrialStatus.TIMEOUT, None
     if result.error:
         return TrialStatus.FAILED, None
     if result.stop_reason == "suspended":
         return TrialStatus.SUSPENDED, None  # what it returned mid-training does not count
+    if objectives:
+        return _objective_values(result, objectives)
     returned = result.returned
     if isinstance(returned, dict):
         returned = returned.get(metric, _MISSING)
@@ -409,6 +416,24 @@ def _classify(result: _Result, metric: str) -> tuple[TrialStatus, float | None]:
         result.error = {"type": "NonFiniteValue", "message": f"objective returned {value} for {metric!r}"}
         return TrialStatus.FAILED, None
     return _STOPPED_AS.get((result.stop_reason or "").split(":")[0], TrialStatus.COMPLETE), value
+
+
+def _objective_values(result: _Result, objectives: tuple[str, ...]) -> tuple[TrialStatus, list[float] | None]:
+    """The values of a multi-objective trial: each objective's metric from what
+    the objective returned, else from its last report."""
+    values = []
+    for name in objectives:
+        value = result.metrics.get(name)
+        if value is None or not math.isfinite(value):
+            result.error = {
+                "type": "BadReturnValue" if value is None else "NonFiniteValue",
+                "message": f"objective returned or reported {value if value is not None else 'no'} "
+                f"value for the objective {name!r}; a multi-objective study needs every one of "
+                f"{', '.join(map(repr, objectives))} (return a dict of them)",
+            }
+            return TrialStatus.FAILED, None
+        values.append(value)
+    return _STOPPED_AS.get((result.stop_reason or "").split(":")[0], TrialStatus.COMPLETE), values
 
 
 # Stop reasons that end a trial with its value but not as COMPLETE (a patience
