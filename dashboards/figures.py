@@ -28,6 +28,8 @@ __all__ = ["history", "parallel", "curves", "completed", "spread", "log_ticks", 
            "reported_metrics"]
 
 MAX_PARALLEL_LINES = 1000
+# A parameter a trial does not have (conditional spaces): a blank tick, not a value.
+INACTIVE = object()
 MAX_CURVES = 300
 MAX_METRICS = 8
 MAX_FAILED_MARKS = 5000
@@ -135,7 +137,7 @@ def parallel(snap: Snapshot) -> go.Figure:
 def _parcoords(snap: Snapshot, lines: list[TrialView], name: str, visible: bool = True) -> go.Parcoords:
     space = snap.spec.get("space") or {}
     values = np.fromiter((t.value for t in lines), float, len(lines))
-    dimensions = [_dimension(n, [t.params.get(n) for t in lines], space.get(n))
+    dimensions = [_dimension(n, [t.params.get(n, INACTIVE) for t in lines], space.get(n))
                   for n in snap.param_names]
     dimensions.append({"label": plain(snap.metric), "values": values})
     return go.Parcoords(
@@ -155,19 +157,37 @@ def _choices(declared: Any) -> list[Any] | None:
 
 def _dimension(name: str, values: list[Any], declared: Any) -> dict[str, Any]:
     choices = _choices(declared)
-    numeric = all(isinstance(v, Real) and not isinstance(v, bool) for v in values if v is not None)
+    numeric = all(isinstance(v, Real) and not isinstance(v, bool) for v in values if v not in (None, INACTIVE))
     if numeric and choices is None:
-        array = np.asarray([np.nan if v is None else v for v in values], float)
+        inactive = np.array([v is INACTIVE for v in values], bool)
+        array = np.asarray([np.nan if v is None or v is INACTIVE else v for v in values], float)
         if isinstance(declared, dict) and declared.get("log") and (array[~np.isnan(array)] > 0).all():
-            return {"label": plain(name), "values": np.log10(array), **log_ticks(array)}
-        return {"label": plain(name), "values": array}
-    # Categories in their declared order, then any others by their text.
-    labels = list(dict.fromkeys([str(c) for c in choices or ()] + sorted({str(v) for v in values})))
+            dimension = {"label": plain(name), "values": np.log10(array), **log_ticks(array)}
+        else:
+            dimension = {"label": plain(name), "values": array}
+        return _below_range(dimension, inactive) if inactive.any() else dimension
+    # Categories in their declared order, then any others by their text; inactive first.
+    shown = {"" if v is INACTIVE else str(v) for v in values}
+    labels = list(dict.fromkeys([""] * ("" in shown) + [str(c) for c in choices or ()] + sorted(shown)))
+    values = ["" if v is INACTIVE else v for v in values]
     index = {label: i for i, label in enumerate(labels)}
     return {"label": plain(name), "values": np.array([index[str(v)] for v in values], float),
             # Parcoords draws tick text literally (unlike labels): no entities here.
             "tickvals": list(range(len(labels))), "ticktext": [short(x, 24) for x in labels],
             "range": [-0.25, len(labels) - 0.75]}
+
+
+def _below_range(dimension: dict[str, Any], inactive: np.ndarray) -> dict[str, Any]:
+    """A numeric axis with the trials where the parameter is inactive on a
+    blank tick just below its range (a parcoords line needs a value on every axis)."""
+    values = dimension["values"]
+    active = values[~inactive & np.isfinite(values)]
+    low, high = (active.min(), active.max()) if len(active) else (0.0, 1.0)
+    gap = (high - low) * 0.15 or 0.5
+    ticks = dimension.get("tickvals") or list(np.linspace(low, high, 5) if high > low else [low])
+    text = dimension.get("ticktext") or [f"{t:.3g}" for t in ticks]
+    return {**dimension, "values": np.where(inactive, low - gap, values),
+            "tickvals": [low - gap, *ticks], "ticktext": ["", *text], "range": [low - gap, high]}
 
 
 def log_ticks(values: np.ndarray) -> dict[str, Any]:

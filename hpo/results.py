@@ -226,7 +226,7 @@ class StudyResult:
         names = sorted({k for t in front for k in t.params})
         header = ["trial", *(f"{m} ({d[:3]})" for m, d in self.objectives), *names]
         rows = [[str(t.number), *(format_value(v) for v in t.values),
-                 *(format_value(t.params.get(n)) for n in names)] for t in front]
+                 *(_param_cell(t, n) for n in names)] for t in front]
         return f"Pareto front ({len(front)} trials)\n" + _text_table(header, rows)
 
     def table(self, limit: int | None = None) -> str:
@@ -238,7 +238,7 @@ class StudyResult:
         ranks = self.ranks()
         rows = [[format_value(ranks.get(t.number)), str(t.number), t.state.value,
                  *(format_value(v) for v in (t.values or [t.value] * len(metrics))),
-                 format_seconds(t.duration_s), *(format_value(t.params.get(n)) for n in names)]
+                 format_seconds(t.duration_s), *(_param_cell(t, n) for n in names)]
                 for t in self.ranked()[:limit]]
         text = _text_table(header, rows)
         if len(rows) < len(self.trials):
@@ -293,6 +293,12 @@ class StudyResult:
             return {}
         rank = ranks.get(trial.number)
         return {"pareto_rank": rank, "pareto": rank == 1}
+
+
+def _param_cell(trial: TrialRecord, name: str) -> str:
+    """A parameter's table cell: blank where the trial does not have it (a
+    conditional parameter left inactive by the others' values)."""
+    return format_value(trial.params[name]) if name in trial.params else ""
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> str:

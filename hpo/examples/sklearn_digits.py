@@ -10,7 +10,9 @@ pruners and schedulers have something to work with.
   on the held-out split; returns the best epoch's ``{"accuracy", "loss"}``.
 - ``hpo.examples.sklearn_digits:train_mlp``: an ``MLPClassifier`` (Adam or SGD).
   Config keys: ``learning_rate`` (1e-3), ``units`` (64), ``solver`` ("adam"),
-  ``batch_size`` (64), ``max_epochs`` (20), ``seed`` (0). Each epoch reports
+  ``batch_size`` (64), ``max_epochs`` (20), ``seed`` (0); for SGD only
+  ``momentum`` (0.9) and ``nesterov`` (true), for Adam only ``beta_1`` (0.9),
+  as a conditional space gives them. Each epoch reports
   ``val_loss`` (log loss) and ``val_accuracy``; returns the epoch with the
   lowest ``val_loss``.
 
@@ -66,6 +68,8 @@ def train_mlp(config: dict[str, Any], trial: Any) -> Metrics:
             hidden_layer_sizes=(int(config.get("units", 64)),), solver=config.get("solver", "adam"),
             learning_rate_init=float(config.get("learning_rate", 1e-3)),
             batch_size=int(config.get("batch_size", 64)), random_state=int(config.get("seed", 0)),
+            momentum=float(config.get("momentum", 0.9)), nesterovs_momentum=bool(config.get("nesterov", True)),
+            beta_1=float(config.get("beta_1", 0.9)),
         )
 
     def score(model, x_val, y_val) -> Metrics:

@@ -42,12 +42,11 @@ def open_search(spec: "StudySpec", study: optuna.Study,
                 sampler: optuna.samplers.BaseSampler | None = None) -> Searcher:
     """The searcher for ``spec`` over ``study`` (made by :func:`create_study`);
     ``sampler`` replaces the space's algorithm with an Optuna sampler object."""
-    distributions = spec.distributions()
     search = spec.search
     grid = spec.grid() if spec.grid_size is not None else None
     if sampler is None and search.algorithm == "grid":
-        return GridSearcher(study, distributions, grid)
+        return GridSearcher(study, spec.params, grid)
     if sampler is None:
         factory = ALGORITHMS.factory(search.algorithm) or SAMPLERS.factory(search.sampler)
-        sampler = factory(seed=search.seed, max_trials=spec.max_trials)
-    return SamplerSearcher(study, distributions, sampler, grid, search.seed)
+        sampler = factory(seed=search.seed, max_trials=spec.max_trials, conditional=spec.conditional)
+    return SamplerSearcher(study, spec.params, sampler, grid, search.seed)

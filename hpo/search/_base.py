@@ -4,11 +4,14 @@ tells the result to the shared store (which the samplers read)."""
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
+from hpo.space import Param
 from hpo.store import StudyStore
 from hpo.store.records import TrialStatus, status_of
 
@@ -51,7 +54,8 @@ class Searcher(abc.ABC):
 
     Subclasses implement :meth:`_propose` and :meth:`_exhausted`. The base
     class stores the trial and keeps the set of configurations handed out,
-    including those of an earlier, interrupted run of the same study.
+    including those of an earlier, interrupted run of the same study. A
+    configuration holds its active parameters only (conditional spaces).
     """
 
     #: Whether proposals learn from results. Adaptive ones are sampled on the
@@ -59,9 +63,10 @@ class Searcher(abc.ABC):
     #: chosen first and the trial is created with them in one journal write.
     adaptive = False
 
-    def __init__(self, study: optuna.Study, distributions: dict[str, optuna.distributions.BaseDistribution]):
+    def __init__(self, study: optuna.Study, params: Mapping[str, Param]):
         self.study = study
-        self.distributions = distributions
+        self.params = params
+        self.distributions = {name: param.distribution() for name, param in params.items()}
         self._store = StudyStore.of(study)
         study.sampler.propose = self._propose
         self._seen = {_key(t.params) for t in study.get_trials(deepcopy=False) if _counts(t)}
@@ -71,11 +76,13 @@ class Searcher(abc.ABC):
         if self._exhausted():
             return None
         if self.adaptive:
-            trial = self.study.ask(fixed_distributions=self.distributions)
+            trial = self.study.ask()
+            for name in trial.relative_params:  # the proposal, sampled on the new trial
+                _suggest(trial, name, self.distributions[name])
             trial_id, number, params = StudyStore.trial_id(trial), trial.number, dict(trial.params)
         else:
             params = self._propose(self.study, None)
-            trial_id, number = self._store.create_trial(params, self.distributions)
+            trial_id, number = self._store.create_trial(params, {k: self.distributions[k] for k in params})
         self._seen.add(_key(params))
         return Proposal(trial_id, number, params)
 
@@ -90,6 +97,14 @@ class Searcher(abc.ABC):
 
     def _is_new(self, params: dict[str, Any]) -> bool:
         return _key(params) not in self._seen
+
+
+def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> Any:
+    """Store the proposed value of ``name`` on ``trial``, as ``study.ask`` would."""
+    if isinstance(distribution, CategoricalDistribution):
+        return trial.suggest_categorical(name, distribution.choices)
+    suggest = trial.suggest_int if isinstance(distribution, IntDistribution) else trial.suggest_float
+    return suggest(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
 
 
 def _key(params: dict[str, Any]) -> tuple:

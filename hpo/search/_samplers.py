@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import warnings
 from typing import Any
 
 import optuna
@@ -11,7 +12,7 @@ import optuna
 from hpo.errors import UsageError
 from hpo.search._base import Searcher, _key
 from hpo.search._paused import paused_view
-from hpo.space import Grid
+from hpo.space import Grid, is_active, ordered
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler",
            "startup_trials"]
@@ -26,8 +27,8 @@ class GridSearcher(Searcher):
     (20 parameters of 10 choices make 10**20 points).
     """
 
-    def __init__(self, study, distributions, grid: Grid) -> None:
-        super().__init__(study, distributions)
+    def __init__(self, study, params, grid: Grid) -> None:
+        super().__init__(study, params)
         self._grid = grid
         self._index = 0
 
@@ -47,12 +48,16 @@ class SamplerSearcher(Searcher):
     A proposal equal to one already handed out is drawn again; on a finite
     space that keeps returning duplicates, an unseen grid point is taken at
     random instead, and the search ends once every point was tried.
+    Conditional parameters are sampled define-by-run, as an Optuna objective
+    would: each only when the values drawn before it make it active.
     """
 
-    def __init__(self, study, distributions, inner: optuna.samplers.BaseSampler,
+    def __init__(self, study, params, inner: optuna.samplers.BaseSampler,
                  grid: Grid | None, seed: int | None) -> None:
-        super().__init__(study, distributions)
+        super().__init__(study, params)
         self._inner = inner
+        self._order = ordered(params)
+        self._conditional = any(param.when for param in params.values())
         self.adaptive = not isinstance(inner, optuna.samplers.RandomSampler)
         self._grid = grid
         self._rng = random.Random(seed)
@@ -82,13 +87,17 @@ class SamplerSearcher(Searcher):
     def _sample(self, study, trial) -> dict[str, Any]:
         study = paused_view(study)  # suspended trials teach the sampler their curves so far
         # The inner sampler sees the stored trials, running ones included
-        # (constant liar for TPE), and samples jointly where it can.
-        joint = self._inner.sample_relative(study, trial, self.distributions)
-        return {
-            name: joint[name] if name in joint
-            else self._inner.sample_independent(study, trial, name, dist)
-            for name, dist in self.distributions.items()
-        }
+        # (constant liar for TPE), and samples jointly where it can: all
+        # parameters of a plain space, what the trials so far share of a conditional one.
+        space = (self._inner.infer_relative_search_space(study, trial) if self._conditional
+                 else self.distributions)
+        joint = self._inner.sample_relative(study, trial, space)
+        params: dict[str, Any] = {}
+        for name in self._order:
+            if is_active(self.params[name], params):
+                params[name] = (joint[name] if name in joint else
+                                self._inner.sample_independent(study, trial, name, self.distributions[name]))
+        return params
 
     def _unseen_grid_point(self) -> dict[str, Any] | None:
         if self._grid is None:
@@ -101,17 +110,24 @@ class SamplerSearcher(Searcher):
         return None
 
 
-def random_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+def random_sampler(seed: int | None = None, max_trials: int = 0,
+                   conditional: bool = False) -> optuna.samplers.BaseSampler:
     """Optuna's RandomSampler (random search)."""
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def tpe_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+def tpe_sampler(seed: int | None = None, max_trials: int = 0,
+                conditional: bool = False) -> optuna.samplers.BaseSampler:
     """Multivariate TPE with the constant liar (running trials count as bad),
-    random for the first third of the budget (2 to 10 trials)."""
-    return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, constant_liar=True, n_startup_trials=startup_trials(max_trials),
-    )
+    random for the first third of the budget (2 to 10 trials). On a
+    conditional space, grouped: one joint model per set of parameters that
+    occur together, as Optuna advises for define-by-run spaces."""
+    with warnings.catch_warnings():  # "group" is experimental since Optuna 2.8; stable in use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, constant_liar=True, group=conditional,
+            n_startup_trials=startup_trials(max_trials),
+        )
 
 
 def startup_trials(max_trials: int) -> int:
@@ -120,7 +136,8 @@ def startup_trials(max_trials: int) -> int:
     return max(2, min(10, max_trials // 3))
 
 
-def gp_sampler(seed: int | None = None, max_trials: int = 0) -> optuna.samplers.BaseSampler:
+def gp_sampler(seed: int | None = None, max_trials: int = 0,
+               conditional: bool = False) -> optuna.samplers.BaseSampler:
     """Optuna's Gaussian-process sampler; needs torch and scipy."""
     try:
         import scipy  # noqa: F401

@@ -7,6 +7,7 @@
 """
 
 from hpo.errors import SpaceError
+from hpo.space._conditions import is_active, ordered
 from hpo.space._grid import Grid
 from hpo.space._params import CategoricalParam, Choice, FloatParam, IntParam, Param
 from hpo.space._spec import (
@@ -30,5 +31,5 @@ __all__ = [
     "ALGORITHMS", "DEFAULT_OBJECTIVE", "DIRECTIONS", "PRUNERS", "SAMPLERS",
     "Choice", "Param", "CategoricalParam", "IntParam", "FloatParam", "Grid",
     "Metric", "SearchSettings", "Resources", "Retries", "EarlyStopping", "Scheduling", "StudySpec",
-    "load_spec", "parse_spec", "SpaceError",
+    "load_spec", "parse_spec", "SpaceError", "is_active", "ordered",
 ]

@@ -30,6 +30,7 @@ from optuna.distributions import (
 )
 
 from hpo.errors import SpaceError, closest
+from hpo.space._conditions import Condition, join
 from hpo.space._grid import Points
 
 __all__ = ["Choice", "Param", "CategoricalParam", "IntParam", "FloatParam", "parse_param"]
@@ -180,6 +181,9 @@ class Param(ABC):
     kind: ClassVar[str]
     name: str
     loc: Loc = field(default=None, kw_only=True, compare=False, repr=False)  # type: ignore[assignment]
+    #: When the parameter exists: ``((other parameter, allowed values), ...)``
+    #: (hpo.space._conditions); empty for one that always does.
+    when: Condition = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -200,9 +204,14 @@ class Param(ABC):
     def distribution(self) -> BaseDistribution:
         """The Optuna distribution that samplers draw from."""
 
-    @abstractmethod
     def to_dict(self) -> dict[str, Any]:
         """The parameter's object form in a space file, defaults filled in."""
+        form = self._form()
+        return form | {"when": {p: list(v) for p, v in self.when}} if self.when else form
+
+    @abstractmethod
+    def _form(self) -> dict[str, Any]:
+        """The object form of the kind's own fields."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -230,7 +239,7 @@ class CategoricalParam(Param):
     def distribution(self) -> CategoricalDistribution:
         return CategoricalDistribution(self.choices)
 
-    def to_dict(self) -> dict[str, Any]:
+    def _form(self) -> dict[str, Any]:
         return {"type": self.kind, "choices": list(self.choices)}
 
     def describe(self) -> str:
@@ -323,7 +332,7 @@ class IntParam(Param):
         top = range(self.low, self.high + 1, self.step)[-1]
         return IntDistribution(self.low, top, log=self.log, step=self.step)
 
-    def to_dict(self) -> dict[str, Any]:
+    def _form(self) -> dict[str, Any]:
         data = {"type": self.kind, "low": self.low, "high": self.high, "step": self.step, "log": self.log}
         return data if self.num is None else data | {"num": self.num}
 
@@ -420,7 +429,7 @@ class FloatParam(Param):
         high = self.high if self.step is None else self.grid_values()[-1]
         return FloatDistribution(self.low, high, log=self.log, step=self.step)
 
-    def to_dict(self) -> dict[str, Any]:
+    def _form(self) -> dict[str, Any]:
         data = {"type": self.kind, "low": self.low, "high": self.high, "log": self.log}
         extras = {"step": self.step, "num": self.num}
         return data | {key: value for key, value in extras.items() if value is not None}
@@ -432,17 +441,18 @@ class FloatParam(Param):
 _KINDS: dict[str, type[Param]] = {cls.kind: cls for cls in (CategoricalParam, IntParam, FloatParam)}
 
 
-def parse_param(name: str, value: object, at: Loc | None = None) -> Param:
+def parse_param(name: str, value: object, at: Loc | None = None, implied: Condition = ()) -> Param:
     """The parameter ``name`` from its JSON value: a list of choices or an object.
+    ``implied`` is the condition of the sub-space it is nested in, if any.
 
     >>> parse_param("lr", {"type": "float", "low": 1e-4, "high": 0.1, "log": True})
-    FloatParam(name='lr', low=0.0001, high=0.1, step=None, log=True, num=None)
+    FloatParam(name='lr', when=(), low=0.0001, high=0.1, step=None, log=True, num=None)
     >>> parse_param("optimizer", ["adam", "sgd"]).choices
     ('adam', 'sgd')
     """
     at = at or Loc() / "space" / str(name)
     if isinstance(value, list):
-        return CategoricalParam(name, check_choices(value, at), loc=at)
+        return CategoricalParam(name, check_choices(value, at), loc=at, when=implied)
     if not isinstance(value, dict):
         shown = json.dumps(value, default=repr)
         at.expected(
@@ -453,7 +463,23 @@ def parse_param(name: str, value: object, at: Loc | None = None) -> Param:
         listed = ", ".join(f'"{kind}"' for kind in _KINDS)
         (at / "type").fail('missing required key "type"', f'add "type": one of {listed}')
     cls = _KINDS[as_choice(value["type"], at / "type", tuple(_KINDS))]
-    own = [f for f in fields(cls) if f.name not in ("name", "loc")]
-    as_object(value, at, ["type", *(f.name for f in own)], [f.name for f in own if f.default is MISSING])
-    given = {key: item for key, item in value.items() if key != "type" and item is not None}
-    return cls(name, **given, loc=at)
+    own = [f for f in fields(cls) if f.name not in ("name", "loc", "when")]
+    as_object(value, at, ["type", *(f.name for f in own), "when"], [f.name for f in own if f.default is MISSING])
+    given = {key: item for key, item in value.items() if key not in ("type", "when") and item is not None}
+    when = join(implied, parse_when(value.get("when"), at / "when"), at / "when")
+    return cls(name, **given, loc=at, when=when)
+
+
+def parse_when(value: object, at: Loc) -> Condition:
+    """A parameter's ``"when"``: ``{"other": value}`` or ``{"other": [values]}``, checked
+    for its form here and against the other parameters by ``check_conditions``."""
+    if value is None:
+        return ()
+    as_object(value, at)
+    if not value:
+        at.fail("an empty condition", 'name a parameter and its values, e.g. {"optimizer": "sgd"}, or remove "when"')
+    condition = []
+    for parent, allowed in sorted(value.items()):
+        listed = allowed if isinstance(allowed, list) else [allowed]
+        condition.append((parent, check_choices(listed, at / parent)))
+    return tuple(condition)

@@ -31,6 +31,7 @@ from optuna.distributions import BaseDistribution
 
 from hpo.errors import SpaceError, closest
 from hpo import registry
+from hpo.space._conditions import check_conditions, is_active, ordered, unnest
 from hpo.space._grid import Grid
 from hpo.space._params import (
     Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
@@ -292,6 +293,19 @@ class StudySpec:
             _missing_budget(self)
         return size
 
+    @property
+    def conditional(self) -> bool:
+        """Whether some parameter exists only when others take given values."""
+        return any(param.when for param in self.params.values())
+
+    def active(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` less the parameters its own values leave inactive."""
+        active: dict[str, Any] = {}
+        for name in ordered(self.params):
+            if name in config and is_active(self.params[name], active):
+                active[name] = config[name]
+        return active
+
     def distributions(self) -> dict[str, BaseDistribution]:
         """Optuna distributions by parameter name, for the samplers."""
         return {name: param.distribution() for name, param in self.params.items()}
@@ -376,9 +390,17 @@ class StudySpec:
         if self.fixed:
             lines.append("fixed       " + ", ".join(f"{k}={v!r}" for k, v in self.fixed.items()))
         lines.append(f"parameters  {len(self.params)}")
-        lines += [f"  {name:<{width}}  {param.describe()}" for name, param in self.params.items()]
-        lines.append("grid size   " + ("infinite (continuous ranges)" if size is None else f"{size:,}"))
+        lines += [f"  {name:<{width}}  {param.describe()}" + _when_text(param) for name, param in self.params.items()]
+        lines.append("grid size   " + ("infinite (continuous ranges)" if size is None
+                                       else f"{size:,}" + (" active combinations" if self.conditional else "")))
         return "\n".join(lines)
+
+
+def _when_text(param: Param) -> str:
+    """``  when solver=sgd, momentum in [0.5, 0.9]`` for a conditional parameter."""
+    if not param.when:
+        return ""
+    return "  when " + ", ".join(f"{p}={v[0]!r}" if len(v) == 1 else f"{p} in {list(v)!r}" for p, v in param.when)
 
 
 def load_spec(path: str | os.PathLike[str]) -> StudySpec:
@@ -494,7 +516,10 @@ def _check_depth(data: dict[str, Any], root: Loc) -> None:
 def _space(value: object, at: Loc) -> dict[str, Param]:
     if not isinstance(value, dict) or not value:
         at.expected("a non-empty object of parameters", value, 'e.g. "space": {"optimizer": ["adam", "sgd"]}')
-    return {name: parse_param(name, value[name], at / name) for name in sorted(value)}
+    found = unnest(value, at)  # choices' sub-spaces become parameters with a condition
+    params = {name: parse_param(name, *found[name]) for name in sorted(found)}
+    check_conditions(params)
+    return params
 
 
 def _flat_space(data: dict[str, Any], root: Loc) -> dict[str, Param]:
