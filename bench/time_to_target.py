@@ -234,8 +234,8 @@ def report(found: dict[str, dict], searched: dict[str, list[dict]], args) -> Non
         every = {p: statistics.median(r["every_s"] for r in rs) for p, rs in runs.items()}
         for policy, rs in runs.items():
             last = rs[-1]
-            print(f"{policy:<18} {_s(average[policy])} {average['fifo'] / average[policy]:7.2f}x "
-                  f"{_s(every[policy], 8)} {every['fifo'] / every[policy]:7.2f}x "
+            print(f"{policy:<18} {_s(average[policy])} {_x(average['fifo'], average[policy])} "
+                  f"{_s(every[policy], 8)} {_x(every['fifo'], every[policy])} "
                   f"{statistics.median(r['reports'] for r in rs):7.0f} {last['best_loss']:10.4f}  "
                   f"{last['best_config']}")
         best = min((p for p in average if p != "fifo"), key=average.get)
@@ -250,6 +250,11 @@ def report(found: dict[str, dict], searched: dict[str, list[dict]], args) -> Non
         print(f"{kind:<8} {_s(medians[kind], 7)} {min(r['best_loss'] for r in rs):10.4f}  {bests}")
     print(f"speedup_vs_fifo_min={min(speedups.values()):.2f}")
     print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
+
+
+def _x(fifo: float, value: float) -> str:
+    """The speedup over FIFO in an 8-wide cell; ``-`` for a policy that never got there."""
+    return f"{'-':>8}" if math.isinf(value) else f"{fifo / value:7.2f}x"
 
 
 def _s(value: float, width: int = 9) -> str:
