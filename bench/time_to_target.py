@@ -16,15 +16,18 @@ cluster:
 - ``round_robin`` and ``slaq``: time-sharing with quanta 3x Hermes' (the paper
   gave Gandiva and SLAQ 30 s against Hermes' 10 s);
 - ``convergence``: Hermes as published (time quanta that grow with
-  preemptions, milestones at 75% and 90% loss decrease, preemption only when
-  a waiting trial converges faster);
-- ``convergence+bayes``: the same with TPE proposing the order, learning from
-  suspended trials' curves.
+  preemptions, preemption only when a waiting trial converges faster);
+- ``convergence+milestones``: the same with quanta doubled at 75% and 90%
+  loss decrease (the paper leaves the milestones to the user);
+- ``convergence+bayes``: ``convergence`` with TPE proposing the order,
+  learning from suspended trials' curves.
 
-Quanta are Hermes' 10 s scaled to these trials (about 9 s each, where the
-paper's jobs ran 1,000 iterations): ``--quantum-s`` (1 s); the resume cost is
-scaled the same way from Hermes' 1.5 s. hpo keeps quanta long enough that
-checkpointing takes at most 5% of them (``max_checkpoint_share``).
+Quanta keep Hermes' proportions: its 10 s was about 1/8 of its median job
+(1,000 iterations in 30 to 110 s), so ``--quantum-s`` defaults to 1/8 of the
+first reference run's median trial, and the resume cost to 15% of the
+quantum (Hermes measured 0.67 to 1.57 s). ``--max-checkpoint-share`` is 0.2
+here: hpo's default 0.05 would stretch such a quantum to 3x its length, which
+Hermes does not do.
 
 A first FIFO run of each bin gives its best loss L*. A configuration is good
 when it gets 90% of the way from an untrained classifier's loss (ln 10) to
@@ -76,14 +79,17 @@ POLL_S = 0.2
 UNTRAINED_LOSS = math.log(10)  # log loss of uniform guesses over ten classes
 
 
-def policies(quantum_s: float) -> dict[str, dict]:
-    hermes = {"policy": "convergence", "quantum_s": quantum_s, "milestones": ["75%", "90%"]}
+def policies(args) -> dict[str, dict]:
+    hermes = {"policy": "convergence", "quantum_s": args.quantum_s,
+              "max_checkpoint_share": args.max_checkpoint_share}
+    baseline = {"quantum_s": 3 * args.quantum_s, "max_checkpoint_share": args.max_checkpoint_share}
     return {
         "fifo": {},
         "fifo+asha": {"early_stopping": {"pruner": "asha", "min_steps": 2}},
-        "round_robin": {"scheduling": {"policy": "round_robin", "quantum_s": 3 * quantum_s}},
-        "slaq": {"scheduling": {"policy": "slaq", "quantum_s": 3 * quantum_s}},
+        "round_robin": {"scheduling": {"policy": "round_robin", **baseline}},
+        "slaq": {"scheduling": {"policy": "slaq", **baseline}},
         "convergence": {"scheduling": hermes},
+        "convergence+milestones": {"scheduling": {**hermes, "milestones": ["75%", "90%"]}},
         "convergence+bayes": {"scheduling": hermes, "search": {"algorithm": "bayesian"}},
     }
 
@@ -95,7 +101,7 @@ def space(name: str, rates: list[float], args, extra: dict, seed: int, budget: i
         "name": name, "objective": "_resume_cost:train",
         "metric": {"name": "val_loss", "direction": "minimize"},
         "fixed": {"max_epochs": args.epochs, "batch_size": 16, "reports_per_epoch": 4,
-                  "resume_cost_s": args.resume_cost_s},
+                  "resume_cost_s": args.resume_cost_s or 0.0},
         "space": {"learning_rate": rates, "solver": ["sgd", "adam"], "units": [64, 512]},
         **{k: v for k, v in extra.items() if k != "search"}, "search": search,
     }
@@ -139,6 +145,9 @@ def run(label: str, study: dict, address: str, tmp: Path, target: float | None,
         "every_s": max(times) if complete else math.inf,
         "best_loss": losses[best], "best_config": best, "losses": losses,
         "reports": sum(len(t.intermediate_values) for t in trials),
+        "median_trial_s": statistics.median(  # (a stopped study may have none)
+            [(t.datetime_complete - t.datetime_start).total_seconds()
+             for t in trials if t.state is optuna.trial.TrialState.COMPLETE] or [math.nan]),
     }
 
 
@@ -166,29 +175,44 @@ def unique(label: str) -> str:
 def bins(args, address: str, tmp: Path) -> dict[str, dict]:
     """Each bin: its reference FIFO run, then every policy, interleaved."""
     found = {}
-    for bin_name, rates in BINS.items():
+    for bin_name in args.bins:
+        rates = BINS[bin_name]
         reference = run(f"{bin_name} reference", space(unique("ref"), rates, args, {}, 0, 16),
                         address, tmp, None, None)
+        scale(args, reference)
         target = UNTRAINED_LOSS - 0.9 * (UNTRAINED_LOSS - reference["best_loss"])
         good = {c for c, loss in reference["losses"].items() if loss <= target}
         print(f"\r{bin_name} reference FIFO run: L*={reference['best_loss']:.4f} "
               f"({reference['best_config']}), target loss {target:.4f}, {len(good)} good",
               file=sys.stderr)
-        runs: dict[str, list[dict]] = {p: [] for p in policies(args.quantum_s)}
+        runs: dict[str, list[dict]] = {p: [] for p in args.policies}
         order = list(runs)
         for round_ in range(args.repeats):
             for policy in order[round_ % len(order):] + order[:round_ % len(order)]:
-                study = space(unique(policy), rates, args, policies(args.quantum_s)[policy], 0, 16)
+                study = space(unique(policy), rates, args, policies(args)[policy], 0, 16)
                 runs[policy].append(run(f"{bin_name} {policy}", study, address, tmp, target, good))
         found[bin_name] = {"target": target, "good": good, "runs": runs, "reference": reference}
     return found
+
+
+def scale(args, reference: dict) -> None:
+    """Hermes' quantum and resume cost in proportion to these trials, from
+    the first reference run: its 10 s quantum was 1/8 of its median job (1,000
+    iterations in 30 to 110 s, Table 2) and a resume cost 0.67 to 1.57 s,
+    15% of the quantum at most."""
+    if args.quantum_s is None:
+        args.quantum_s = round(reference["median_trial_s"] / 8, 2)
+        print(f"\rquantum {args.quantum_s:g} s: 1/8 of the reference run's median trial "
+              f"({reference['median_trial_s']:.2f} s)", file=sys.stderr)
+    if args.resume_cost_s is None:
+        args.resume_cost_s = round(0.15 * args.quantum_s, 3)
 
 
 def search(args, address: str, tmp: Path) -> dict[str, list[dict]]:
     """Convergence-aware with random search against TPE, seeds varied per
     round, each to the end of its budget (to compare what they found)."""
     runs: dict[str, list[dict]] = {"random": [], "bayes": []}
-    hermes = policies(args.quantum_s)["convergence"]
+    hermes = policies(args)["convergence"]
     for round_ in range(args.repeats):
         for kind in (["random", "bayes"] if round_ % 2 == 0 else ["bayes", "random"]):
             extra = {**hermes, "search": {"algorithm": "bayesian"}} if kind == "bayes" else hermes
@@ -202,10 +226,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds (medians)")
     parser.add_argument("--epochs", type=int, default=48, help="epochs of a full trial")
-    parser.add_argument("--quantum-s", type=float, default=1.0, help="Hermes' quantum, scaled")
-    parser.add_argument("--resume-cost-s", type=float, default=0.15,
-                        help="emulated cost of each resume (Hermes' 1.5 s, scaled like the quantum)")
+    parser.add_argument("--quantum-s", type=float,
+                        help="Hermes' quantum (default: 1/8 of a reference trial, as in the paper)")
+    parser.add_argument("--resume-cost-s", type=float,
+                        help="emulated cost of each resume (default: 15%% of the quantum, as "
+                             "Hermes' 1.5 s of 10 s)")
+    parser.add_argument("--max-checkpoint-share", type=float, default=0.2,
+                        help="scheduling.max_checkpoint_share (hpo's default 0.05 would stretch "
+                             "the scaled quantum; Hermes' own share was up to 0.16)")
+    parser.add_argument("--bins", nargs="+", choices=list(BINS), default=list(BINS))
+    names = list(policies(argparse.Namespace(quantum_s=1.0, max_checkpoint_share=1.0)))
+    parser.add_argument("--policies", nargs="+", default=names, choices=names,
+                        help="fifo is the reference, always run")
+    parser.add_argument("--no-search", action="store_true", help="skip random against TPE")
     args = parser.parse_args()
+    args.policies = ["fifo", *(p for p in args.policies if p != "fifo")]
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per slot, as the engine plans
     # Workers and the study's master import the objective from here.
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench"), str(ROOT),
@@ -215,7 +250,7 @@ def main() -> None:
                       dashboard_address=":0", resources={"CPU": 1}) as cluster, \
             tempfile.TemporaryDirectory(prefix="hpo-ttt-", ignore_cleanup_errors=True) as tmp:
         found = bins(args, cluster.scheduler_address, Path(tmp))
-        searched = search(args, cluster.scheduler_address, Path(tmp))
+        searched = {} if args.no_search else search(args, cluster.scheduler_address, Path(tmp))
         status("")
         report(found, searched, args)
 
@@ -223,33 +258,35 @@ def main() -> None:
 def report(found: dict[str, dict], searched: dict[str, list[dict]], args) -> None:
     print(f"\rtime until the good configurations reach 90% of the way to L*; medians of "
           f"{args.repeats}; 2 slots; {args.epochs} epochs a trial; quantum {args.quantum_s:g} s; "
-          f"resume cost {args.resume_cost_s:g} s")
+          f"resume cost {args.resume_cost_s:g} s; max_checkpoint_share {args.max_checkpoint_share:g}")
     speedups = {}
     for bin_name, result in found.items():
         runs = result["runs"]
         print(f"\n{bin_name}: {len(result['good'])} good of 16, target loss {result['target']:.4f}")
-        print(f"{'policy':<18} {'average_s':>9} {'vs FIFO':>8} {'every_s':>8} {'vs FIFO':>8} "
+        print(f"{'policy':<22} {'average_s':>9} {'vs FIFO':>8} {'every_s':>8} {'vs FIFO':>8} "
               f"{'reports':>7} {'best loss':>10}  best configuration")
         average = {p: statistics.median(r["average_s"] for r in rs) for p, rs in runs.items()}
         every = {p: statistics.median(r["every_s"] for r in rs) for p, rs in runs.items()}
         for policy, rs in runs.items():
             last = rs[-1]
-            print(f"{policy:<18} {_s(average[policy])} {_x(average['fifo'], average[policy])} "
+            print(f"{policy:<22} {_s(average[policy])} {_x(average['fifo'], average[policy])} "
                   f"{_s(every[policy], 8)} {_x(every['fifo'], every[policy])} "
                   f"{statistics.median(r['reports'] for r in rs):7.0f} {last['best_loss']:10.4f}  "
                   f"{last['best_config']}")
         best = min((p for p in average if p != "fifo"), key=average.get)
         speedups[bin_name] = average["fifo"] / average[best]
         print(f"best policy: {best} ({speedups[bin_name]:.2f}x, average time of the good ones)")
-    print(f"\nsearch: convergence-aware, 16 of the 32 configurations, time until loss <= {SEARCH_TARGET}")
-    print(f"{'search':<8} {'time_s':>7} {'best loss':>10}  best configuration (per round)")
+    if searched:
+        print(f"\nsearch: convergence-aware, 16 of the 32 configurations, time until loss <= {SEARCH_TARGET}")
+        print(f"{'search':<8} {'time_s':>7} {'best loss':>10}  best configuration (per round)")
     medians = {}
     for kind, rs in searched.items():
         medians[kind] = statistics.median(r["average_s"] for r in rs)
         bests = "; ".join(f"{r['best_config']} ({r['best_loss']:.4f})" for r in rs)
         print(f"{kind:<8} {_s(medians[kind], 7)} {min(r['best_loss'] for r in rs):10.4f}  {bests}")
     print(f"speedup_vs_fifo_min={min(speedups.values()):.2f}")
-    print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
+    if searched:
+        print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
 
 
 def _x(fifo: float, value: float) -> str:
