@@ -24,7 +24,10 @@ def test_interrupted_study_resumes_with_the_same_command(tmp_path, signum, code)
     command = [sys.executable, str(ROOT / "hpo_main.py"), str(space), "--engine", "dask",
                "--workers", "2", "--runs-dir", str(tmp_path / "runs")]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A suite started in the background from a script inherits SIGINT ignored;
+    # a user's terminal delivers it.
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run_dir = tmp_path / "runs" / "ctrlc"
     deadline = time.monotonic() + 90
     while not _complete(run_dir) >= 2:
