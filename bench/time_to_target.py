@@ -79,10 +79,9 @@ POLL_S = 0.2
 UNTRAINED_LOSS = math.log(10)  # log loss of uniform guesses over ten classes
 
 
-def policies(args) -> dict[str, dict]:
-    hermes = {"policy": "convergence", "quantum_s": args.quantum_s,
-              "max_checkpoint_share": args.max_checkpoint_share}
-    baseline = {"quantum_s": 3 * args.quantum_s, "max_checkpoint_share": args.max_checkpoint_share}
+def policies(quantum_s: float, share: float) -> dict[str, dict]:
+    hermes = {"policy": "convergence", "quantum_s": quantum_s, "max_checkpoint_share": share}
+    baseline = {"quantum_s": 3 * quantum_s, "max_checkpoint_share": share}
     return {
         "fifo": {},
         "fifo+asha": {"early_stopping": {"pruner": "asha", "min_steps": 2}},
@@ -145,9 +144,8 @@ def run(label: str, study: dict, address: str, tmp: Path, target: float | None,
         "every_s": max(times) if complete else math.inf,
         "best_loss": losses[best], "best_config": best, "losses": losses,
         "reports": sum(len(t.intermediate_values) for t in trials),
-        "median_trial_s": statistics.median(  # (a stopped study may have none)
-            [(t.datetime_complete - t.datetime_start).total_seconds()
-             for t in trials if t.state is optuna.trial.TrialState.COMPLETE] or [math.nan]),
+        "trial_s": [(t.datetime_complete - t.datetime_start).total_seconds()
+                    for t in trials if t.state is optuna.trial.TrialState.COMPLETE],
     }
 
 
@@ -189,7 +187,8 @@ def bins(args, address: str, tmp: Path) -> dict[str, dict]:
         order = list(runs)
         for round_ in range(args.repeats):
             for policy in order[round_ % len(order):] + order[:round_ % len(order)]:
-                study = space(unique(policy), rates, args, policies(args)[policy], 0, 16)
+                extra = policies(args.quantum_s, args.max_checkpoint_share)[policy]
+                study = space(unique(policy), rates, args, extra, 0, 16)
                 runs[policy].append(run(f"{bin_name} {policy}", study, address, tmp, target, good))
         found[bin_name] = {"target": target, "good": good, "runs": runs, "reference": reference}
     return found
@@ -201,9 +200,10 @@ def scale(args, reference: dict) -> None:
     iterations in 30 to 110 s, Table 2) and a resume cost 0.67 to 1.57 s,
     15% of the quantum at most."""
     if args.quantum_s is None:
-        args.quantum_s = round(reference["median_trial_s"] / 8, 2)
+        median = statistics.median(reference["trial_s"])  # a FIFO run completes its trials
+        args.quantum_s = round(median / 8, 2)
         print(f"\rquantum {args.quantum_s:g} s: 1/8 of the reference run's median trial "
-              f"({reference['median_trial_s']:.2f} s)", file=sys.stderr)
+              f"({median:.2f} s)", file=sys.stderr)
     if args.resume_cost_s is None:
         args.resume_cost_s = round(0.15 * args.quantum_s, 3)
 
@@ -212,7 +212,7 @@ def search(args, address: str, tmp: Path) -> dict[str, list[dict]]:
     """Convergence-aware with random search against TPE, seeds varied per
     round, each to the end of its budget (to compare what they found)."""
     runs: dict[str, list[dict]] = {"random": [], "bayes": []}
-    hermes = policies(args)["convergence"]
+    hermes = policies(args.quantum_s, args.max_checkpoint_share)["convergence"]
     for round_ in range(args.repeats):
         for kind in (["random", "bayes"] if round_ % 2 == 0 else ["bayes", "random"]):
             extra = {**hermes, "search": {"algorithm": "bayesian"}} if kind == "bayes" else hermes
@@ -235,7 +235,7 @@ def main() -> None:
                         help="scheduling.max_checkpoint_share (hpo's default 0.05 would stretch "
                              "the scaled quantum; Hermes' own share was up to 0.16)")
     parser.add_argument("--bins", nargs="+", choices=list(BINS), default=list(BINS))
-    names = list(policies(argparse.Namespace(quantum_s=1.0, max_checkpoint_share=1.0)))
+    names = list(policies(quantum_s=1.0, share=1.0))  # (the names only)
     parser.add_argument("--policies", nargs="+", default=names, choices=names,
                         help="fifo is the reference, always run")
     parser.add_argument("--no-search", action="store_true", help="skip random against TPE")
@@ -276,17 +276,22 @@ def report(found: dict[str, dict], searched: dict[str, list[dict]], args) -> Non
         best = min((p for p in average if p != "fifo"), key=average.get)
         speedups[bin_name] = average["fifo"] / average[best]
         print(f"best policy: {best} ({speedups[bin_name]:.2f}x, average time of the good ones)")
-    if searched:
-        print(f"\nsearch: convergence-aware, 16 of the 32 configurations, time until loss <= {SEARCH_TARGET}")
-        print(f"{'search':<8} {'time_s':>7} {'best loss':>10}  best configuration (per round)")
+    medians = report_search(searched) if searched else None
+    print(f"speedup_vs_fifo_min={min(speedups.values()):.2f}")
+    if medians:
+        print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
+
+
+def report_search(searched: dict[str, list[dict]]) -> dict[str, float]:
+    """Print random against TPE; their median times to the target."""
+    print(f"\nsearch: convergence-aware, 16 of the 32 configurations, time until loss <= {SEARCH_TARGET}")
+    print(f"{'search':<8} {'time_s':>7} {'best loss':>10}  best configuration (per round)")
     medians = {}
     for kind, rs in searched.items():
         medians[kind] = statistics.median(r["average_s"] for r in rs)
         bests = "; ".join(f"{r['best_config']} ({r['best_loss']:.4f})" for r in rs)
         print(f"{kind:<8} {_s(medians[kind], 7)} {min(r['best_loss'] for r in rs):10.4f}  {bests}")
-    print(f"speedup_vs_fifo_min={min(speedups.values()):.2f}")
-    if searched:
-        print(f"bayes_vs_random={medians['random'] / medians['bayes']:.2f}")
+    return medians
 
 
 def _x(fifo: float, value: float) -> str:
