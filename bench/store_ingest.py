@@ -6,15 +6,26 @@ on P workers do. The figure is P * R over the wall time from that instant to
 the last process finishing (interpreter start-up and opening the store are not
 counted). Contenders, interleaved in one run on the same disk:
 
-- hpo, journal file (the default store): ``hpo.store.open_storage`` and a
-  store-backed ``hpo.trial.Trial``, as the trial task builds it on a worker;
-  a report is two writes (the intermediate value of the study's metric, and
-  one attribute holding all metrics of the step);
-- hpo, SQLite: the same path with a ``sqlite:///`` URL;
+- hpo, journal file with its relay (the default store): the master's
+  ``hpo.store.serve_journal`` runs in this process, as ``hpo.run`` starts it,
+  and each process reports through a store-backed ``hpo.trial.Trial``, as the
+  trial task builds it on a worker; a report is one append of two records
+  (the intermediate value of the study's metric, and one attribute holding
+  all metrics of the step), group-committed with the other processes' by the
+  relay (one write and one fsync per round);
+- hpo, journal file without the relay (``HPO_RELAY=off``, and what a worker
+  that cannot reach the master does): each process appends under the
+  journal's file lock, one append per report;
+- hpo, SQLite: the same path with a ``sqlite:///`` URL (two writes per report);
 - Optuna, journal file: ``study.ask()`` in each process, then
   ``trial.report(value, step)``, one write per report: what a user would
   otherwise write;
 - Optuna, SQLite: the same with ``storage="sqlite:///..."`` (Optuna's defaults).
+
+Fairness is the slowest process's time over the fastest's (1.0: all finish
+together). ``--groups`` starts each writer in its own session and process
+group, as writers on separate nodes are, and ``--dir`` puts the stores on a
+path standing for a shared file system.
 
 After each run the store is read back and every report counted; a run that
 lost one stops the benchmark; a run where a writer got an error (SQLite:
@@ -22,10 +33,11 @@ lost one stops the benchmark; a run where a writer got an error (SQLite:
 the median.
 
 Run: ``python bench/store_ingest.py [--procs 8] [--reports 2000] [--repeats R]
-[--contenders hpo,optuna] [--dir DIR]``. ``--dir`` puts the stores on that
+[--contenders hpo,optuna] [--dir DIR] [--groups]``. ``--dir`` puts the stores on that
 file system (default: the system temp dir); use it to measure a shared one
 (NFS, GPFS, Lustre). Figures are medians over R rounds; contenders are chosen
-by name prefix. The last line is ``reports_per_s=<hpo, journal file>``.
+by name prefix. The last lines are ``fairness=<hpo, default store>`` and
+``reports_per_s=<hpo, default store>``.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna  # noqa: E402
 
 from hpo.store import StudyStore, open_storage  # noqa: E402
+from hpo.store._relay import serve_journal, split_relay  # noqa: E402
 from hpo.store.records import REPORT_ATTR  # noqa: E402
 from hpo.trial import TrialTask, open_trial  # noqa: E402
 
@@ -84,12 +97,15 @@ _WRITERS = {"hpo": _hpo_writer, "optuna": _optuna_writer}
 
 
 def _writer(kind: str, url: str, number: int, trial_id: int, reports: int,
-            ready, go, counter, error_file: str) -> None:
+            ready, go, counter, error_file: str, own_group: bool, times) -> None:
+    if own_group:
+        os.setsid()  # as a writer on another node: no process group shared with the others
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     report = _WRITERS[kind](url, number, trial_id)
     ready.release()
     if not go.wait(_START_TIMEOUT_S):
         raise SystemExit("never told to start")
+    begin = time.perf_counter()
     step = 0
     try:
         for step in range(reports):
@@ -102,6 +118,7 @@ def _writer(kind: str, url: str, number: int, trial_id: int, reports: int,
         raise SystemExit(1) from None
     with counter.get_lock():
         counter.value += reports % _TICK
+    times[number] = time.perf_counter() - begin
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -117,19 +134,30 @@ class RunFailed(Exception):
     """A writer could not write: the store refused (a finding, not a crash)."""
 
 
-def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Path) -> float:
-    """Time one run; return reports per second over all processes.
+def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Path,
+             groups: bool, relay: bool) -> tuple[float, float]:
+    """Time one run; return reports per second over all processes, and the
+    slowest process's time over the fastest's.
 
     Raises RunFailed when a writer failed, with the first reason."""
+    if relay:
+        with serve_journal(url) as writers_url:
+            return _run_writers(label, kind, writers_url, procs, reports, work, groups)
+    return _run_writers(label, kind, url, procs, reports, work, groups)
+
+
+def _run_writers(label: str, kind: str, url: str, procs: int, reports: int, work: Path,
+                 groups: bool) -> tuple[float, float]:
     storage = open_storage(url) if kind == "hpo" else _optuna_storage(url)
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     # hpo: the master creates the trials; optuna: each process asks for its own.
     trial_ids = [StudyStore.trial_id(study.ask()) if kind == "hpo" else -1 for _ in range(procs)]
     ctx = mp.get_context("spawn")
     ready, go, counter = ctx.Semaphore(0), ctx.Event(), ctx.Value("q", 0)
+    times = ctx.Array("d", procs)
     errors = [work / f"writer-{n}.error" for n in range(procs)]
-    writers = [ctx.Process(target=_writer, args=(kind, url, n, trial_ids[n],
-                                                 reports, ready, go, counter, str(errors[n])))
+    writers = [ctx.Process(target=_writer, args=(kind, url, n, trial_ids[n], reports, ready, go,
+                                                 counter, str(errors[n]), groups, times))
                for n in range(procs)]
     for writer in writers:
         writer.start()
@@ -162,8 +190,8 @@ def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Pa
         writer, error = failed[0]
         reason = error.read_text() if error.exists() else f"exit code {writer.exitcode}"
         raise RunFailed(f"{len(failed)} of {procs} writers failed; first: {reason}")
-    _check_complete(label, kind, url, procs, reports)
-    return total / elapsed
+    _check_complete(label, kind, split_relay(url)[0], procs, reports)
+    return total / elapsed, max(times) / min(times)
 
 
 def _check_complete(label: str, kind: str, url: str, procs: int, reports: int) -> None:
@@ -197,11 +225,13 @@ def _status(line: str) -> None:
 
 
 CONTENDERS = [  # name, kind, store, writes per report
-    ("hpo Trial.report", "hpo", "journal", 2),
+    ("hpo Trial.report", "hpo", "relay", 1),
+    ("hpo Trial.report", "hpo", "journal", 1),
     ("hpo Trial.report", "hpo", "sqlite", 2),
     ("optuna trial.report", "optuna", "journal", 1),
     ("optuna trial.report", "optuna", "sqlite", 1),
 ]
+DEFAULT_STORE = ("hpo Trial.report", "relay")
 
 
 def main() -> None:
@@ -212,6 +242,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
     parser.add_argument("--dir", help="directory for the stores (default: the system temp dir)")
+    parser.add_argument("--groups", action="store_true",
+                        help="each writer in its own session and process group, as on separate nodes")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     contenders = CONTENDERS
@@ -221,6 +253,7 @@ def main() -> None:
     print(f"{args.procs} processes x {args.reports:,} reports each, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, Optuna {optuna.__version__}", flush=True)
     rates: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
+    spreads: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
     failures: dict[tuple[str, str], list[str]] = {(c[0], c[2]): [] for c in contenders}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="store-ingest-") as tmp_name:
         print(f"stores in {tmp_name}", flush=True)
@@ -231,38 +264,45 @@ def main() -> None:
                 url = f"sqlite:///{work}/study.db" if store == "sqlite" else f"{work}/journal.log"
                 label = f"[{repeat + 1}/{args.repeats}] {name}, {store}"
                 try:
-                    rate = run_once(label, kind, url, args.procs, args.reports, work)
+                    rate, spread = run_once(label, kind, url, args.procs, args.reports, work,
+                                            args.groups, relay=store == "relay")
                 except RunFailed as exc:
                     failures[(name, store)].append(str(exc))
                     outcome = f"FAILED: {exc}"
                 else:
                     rates[(name, store)].append(rate)
-                    outcome = f"{rate:,.0f} reports/s"
+                    spreads[(name, store)].append(spread)
+                    outcome = f"{rate:,.0f} reports/s, slowest/fastest process {spread:.2f}"
                 _status("")
                 print(f"  {label}: {outcome}", file=sys.stderr, flush=True)
 
     print(f"\nreports per second, all {args.procs} processes together "
           f"(median of the runs that finished, of {args.repeats}):")
     print(f"  {'contender':22s} {'store':8s} {'writes/report':>13s} {'reports/s':>10s} "
-          f"{'ms/report':>10s} {'vs optuna':>10s} {'failed runs':>11s}")
+          f"{'ms/report':>10s} {'vs optuna':>10s} {'slow/fast':>9s} {'failed runs':>11s}")
     medians = {key: statistics.median(values) for key, values in rates.items() if values}
     for name, kind, store, writes in contenders:
         failed = f"{len(failures[(name, store)])}/{args.repeats}"
         rate = medians.get((name, store))
         if rate is None:
-            print(f"  {name:22s} {store:8s} {writes:13d} {'-':>10s} {'-':>10s} {'':10s} {failed:>11s}")
+            print(f"  {name:22s} {store:8s} {writes:13d} {'-':>10s} {'-':>10s} {'':10s} {'-':>9s} "
+                  f"{failed:>11s}")
             continue
         # What one process waits per report: P processes share the rate.
         latency_ms = 1000 * args.procs / rate
-        plain = medians.get(("optuna trial.report", store))
+        plain = medians.get(("optuna trial.report", "journal" if store == "relay" else store))
         ratio = f"{rate / plain:9.2f}x" if plain and kind == "hpo" else ""
+        spread = statistics.median(spreads[(name, store)])
         print(f"  {name:22s} {store:8s} {writes:13d} {rate:10,.0f} {latency_ms:10.2f} "
-              f"{ratio:>10s} {failed:>11s}")
+              f"{ratio:>10s} {spread:9.2f} {failed:>11s}")
     for (name, store), reasons in failures.items():
         for reason in reasons:
             print(f"  {name}, {store}: {reason}")
-    if ("hpo Trial.report", "journal") in medians:
-        print(f"reports_per_s={medians[('hpo Trial.report', 'journal')]:.0f}")
+    print("  (relay: journal file, appends group-committed by the master's relay; journal: "
+          "each process appends under the file lock)")
+    if DEFAULT_STORE in medians:
+        print(f"fairness={statistics.median(spreads[DEFAULT_STORE]):.2f}")
+        print(f"reports_per_s={medians[DEFAULT_STORE]:.0f}")
 
 
 if __name__ == "__main__":

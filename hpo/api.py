@@ -18,6 +18,7 @@ from hpo.errors import EngineError, UsageError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir
+from hpo.store._relay import relay_interface, serve_journal
 from hpo.store._storage_url import check_storage_url
 from hpo.trial import Objective, preflight, reference_of, resolve_objective
 
@@ -141,10 +142,12 @@ def run(
             say(f"{chosen.name} engine ready: {chosen.slots} trial slots; the first results "
                 "come as the first trials end")
             storage_url = run_dir.create(record, storage, allow_changes)
-            controller = Controller(spec, run_dir, storage_url, chosen,
-                                    objective=objective if callable(objective) else None,
-                                    sampler=sampler, pruner=pruner, progress=progress)
-            return controller.run()
+            # One writer for the study: every process's appends, group-committed.
+            with serve_journal(storage_url, *relay_interface(chosen.local)) as writers_url:
+                controller = Controller(spec, run_dir, writers_url, chosen,
+                                        objective=objective if callable(objective) else None,
+                                        sampler=sampler, pruner=pruner, progress=progress)
+                return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
 

@@ -25,6 +25,7 @@ from hpo.engines import Engine
 from hpo.search import create_study
 from hpo.space import StudySpec, parse_spec
 from hpo.store import RunDir, StudyStore, open_storage
+from hpo.store._relay import JournalRelay
 from hpo.store.records import run_of
 from hpo.trial import TrialTask
 from conftest import ROOT, toy_space, wait_for
@@ -75,6 +76,25 @@ class EngineConformance:
         assert {tuple(sorted(t.params.items())) for t in result.trials} == {
             (("x", x), ("y", y)) for x in range(4) for y in (-1, 0)}  # each configuration once
         assert all(t.steps == 3 and t.attempt == 1 and t.host for t in result.trials)
+
+    def test_every_write_goes_through_the_study_relay_once_and_in_order(self, kit, tmp_path,
+                                                                        monkeypatch):
+        relayed: list[dict[str, Any]] = []
+        commit = JournalRelay._commit
+
+        def counting(relay, ready):
+            relayed.extend(json.loads(line) for _, payload in ready for line in payload.splitlines())
+            commit(relay, ready)
+        monkeypatch.setattr(JournalRelay, "_commit", counting)
+        space = toy_space("relayed", fixed={"steps": 6}, search={"parallel": kit.slots})
+        result = kit.run(space, tmp_path)
+        assert result.counts["COMPLETE"] == 8 and all(t.steps == 6 for t in result.trials)
+        journal = [json.loads(line) for line in (tmp_path / "relayed" / "journal.log").open()]
+        # Everything after the study's creation came through the relay, each record once.
+        assert relayed == journal[-len(relayed):] and len(relayed) > len(journal) - 5
+        for trial in {r["trial_id"] for r in journal if "intermediate_value" in r}:
+            steps = [r["step"] for r in relayed if r.get("trial_id") == trial and "step" in r]
+            assert steps == list(range(6))  # every report once, in order
 
     def test_resources_no_worker_offers_are_refused_before_anything_starts(self, kit, tmp_path):
         space = toy_space("toobig", resources={"gpus": 64})

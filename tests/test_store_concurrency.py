@@ -17,6 +17,10 @@ the master does. Then the store is checked from outside:
 - every snapshot the master read while the writers ran was a gap-free prefix
   with the right values (no torn or reordered records).
 
+The journal is written both ways: through the study's relay, as trials under
+``hpo.run`` write it (group commits), and directly under its file lock, as a
+worker that cannot reach the relay does.
+
 Sizes: the journal runs the full 8 x 2,000 (15 to 30 s on 2 cores). SQLite
 commits and fsyncs every write (about 300 writes/s on a local disk, 100 to
 150 s at full size), so it runs 8 x 500 here; ``HPO_CONCURRENCY_REPORTS=2000``
@@ -34,18 +38,20 @@ import sqlite3
 import time
 import traceback
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 
 import optuna
 import pytest
 
 from hpo.store import StudyStore, open_storage
+from hpo.store._relay import RELAY_MARK, serve_journal
 from hpo.trial import TrialTask, open_trial
 from hpo.store.records import REPORT_ATTR
 
 PROCS = 8
 FULL = 2000
-_SIZE = {"journal": FULL, "sqlite": 500}
+_SIZE = {"relay": FULL, "journal": FULL, "sqlite": 500}
 _ENV_SIZE = os.environ.get("HPO_CONCURRENCY_REPORTS")
 STUDY = "concurrent"
 METRIC = "value"
@@ -187,6 +193,11 @@ def _check_journal_file(path: Path, trial_ids: dict[int, int], reports: int) -> 
     assert set(writes) == wanted
     repeated = {k: n for k, n in writes.items() if n != 1}
     assert not repeated, f"written more than once: {sorted(repeated)[:5]}"
+    # Each writer's reports land in the order it made them.
+    order = [(kind, tid, step) for kind, tid, step in writes]  # insertion order: file order
+    for tid in trial_ids:
+        steps = [step for kind, t, step in order if t == tid and kind == "value"]
+        assert steps == sorted(steps), f"trial id {tid}: reports out of order"
 
 
 def _check_sqlite_file(path: Path, trial_ids: dict[int, int], reports: int) -> None:
@@ -204,13 +215,15 @@ def _check_sqlite_file(path: Path, trial_ids: dict[int, int], reports: int) -> N
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("store", ["journal", "sqlite"])
+@pytest.mark.parametrize("store", ["relay", "journal", "sqlite"])
 def test_concurrent_writers_lose_nothing(tmp_path, store):
     reports = int(_ENV_SIZE) if _ENV_SIZE else _SIZE[store]
-    path = tmp_path / ("journal.log" if store == "journal" else "study.db")
-    url = str(path) if store == "journal" else f"sqlite:///{path}"
+    path = tmp_path / ("study.db" if store == "sqlite" else "journal.log")
+    url = f"sqlite:///{path}" if store == "sqlite" else str(path)
 
-    created, snapshots = _run_writers(url, reports, tmp_path)
+    with serve_journal(url) if store == "relay" else nullcontext(url) as writers_url:
+        assert (RELAY_MARK in writers_url) == (store == "relay")
+        created, snapshots = _run_writers(writers_url, reports, tmp_path)
     assert snapshots >= 1
 
     dump = _fresh_dump(url, tmp_path)
@@ -223,7 +236,7 @@ def test_concurrent_writers_lose_nothing(tmp_path, store):
             f"{REPORT_ATTR}{s:06d}": expected_metrics(number, s) for s in range(reports)}
 
     trial_ids = {StudyStore.trial_id(t): t.number for t in created}
-    if store == "journal":
+    if store != "sqlite":
         _check_journal_file(path, trial_ids, reports)
     else:
         _check_sqlite_file(path, trial_ids, reports)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +56,13 @@ class CompssEngine(Engine):
     """
 
     name = "compss"
+
+    @property
+    def local(self) -> bool:
+        """One node (a laptop, a one-node allocation) has its workers on it; a
+        multi-node allocation's are the other nodes. Outside SLURM, assumed
+        local: a worker that cannot reach the store's relay writes directly."""
+        return int(os.environ.get("SLURM_JOB_NUM_NODES") or 1) <= 1
 
     def __init__(self, cpus: int = 1, gpus: int = 0, memory_gb: float | None = None,
                  time_limit_s: float | None = None, slots: int | None = None) -> None:

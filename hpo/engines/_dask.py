@@ -14,6 +14,7 @@ import queue
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hpo.engines._base import Engine
 from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
@@ -150,6 +151,15 @@ class DaskEngine(Engine):
     @property
     def slots(self) -> int:
         return self._slots
+
+    @property
+    def local(self) -> bool:
+        """A scheduler on a loopback address has its workers on this machine
+        (no other host could reach it); any other may have them anywhere."""
+        if self.client is None:
+            return self.scheduler is None
+        host = urlsplit(self.client.scheduler.address).hostname or ""
+        return host == "localhost" or host == "::1" or host.startswith("127.")
 
     def submit(self, task: TrialTask, priority: bool = False):
         # An explicit key per trial and pure=False: two trials with equal

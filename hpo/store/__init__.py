@@ -1,9 +1,15 @@
 """The durable store of a study: an Optuna storage inside a run directory.
 
 The storage is the single source of truth: trials are created in it by the
-master, workers write reports and results to it directly (each append is
-fsync'd before the call returns), and the master learns about finished trials
-by reading it. Killing the master therefore loses nothing.
+master, workers write reports and results to it (each append is fsync'd
+before the call returns), and the master learns about finished trials by
+reading it. Killing the master therefore loses nothing.
+
+While a study runs, its journal has one writer: the master's relay
+(:mod:`hpo.store._relay`), which group-commits the appends that every process
+sends it over TCP (one write and one fsync per round, whatever the number of
+writers). A worker that cannot reach it appends directly under the journal's
+file lock; readers always read the file.
 
 Any SQLAlchemy URL (``sqlite:///...``, ``postgresql://...``) may replace the
 journal. SQLite is fine on a local disk; on a shared file system prefer the

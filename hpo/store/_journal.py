@@ -17,6 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,6 +26,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
+from hpo.store._relay import RelayClient
 
 __all__ = ["JournalFile", "repair_journal"]
 
@@ -42,17 +44,21 @@ _FIELDS: dict[int, tuple[str, ...]] = {
 }
 _OP_CODE = re.compile(rb'\{"op_code":(\d+),')
 _CHUNK = 8192
+_SEARCH_CHUNK = 8 << 20
 
 
 class JournalFile(JournalFileBackend):
     """Optuna's journal file backend that never makes damage worse: a torn tail
     is set aside before an append, damage in the middle is refused on reading."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, relay: str | None = None) -> None:
         self._path = path
         self._journal_lock = JournalFileSymlinkLock(path)
         super().__init__(path, lock_obj=self._journal_lock)
         self._offsets = {0: 0}  # record number -> byte offset of its line
+        self._read_to = 0  # the end of the last record read
+        # The study's group-commit writer (hpo.store._relay), when one serves it.
+        self._relay = RelayClient(relay) if relay else None
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number = log_number_from if log_number_from in self._offsets else 0
@@ -70,22 +76,54 @@ class JournalFile(JournalFileBackend):
                 offset += len(line)
                 number += 1
                 self._offsets[number] = offset
+                self._read_to = max(self._read_to, offset)
                 if number > log_number_from:
                     yield record
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
-        # Under the lock no other append is half done: a tail that does not end
-        # in an intact record is torn for good.
+        if self._relay is not None:
+            sent = self._relay.append(data)
+            if sent or (sent is None and self._holds(data)):
+                return
+        self.append_direct(data)
+
+    def append_direct(self, data: bytes) -> None:
+        """Append whole records under the file lock and fsync before returning."""
+        with self.locked() as f:
+            write_durably(f, data)
+
+    @contextmanager
+    def locked(self) -> Iterator[BinaryIO]:
+        """The journal open for appending under its file lock, a torn tail set
+        aside: under the lock no other append is half done, so a tail that does
+        not end in an intact record is torn for good."""
         self._journal_lock.acquire()
         try:
             with open(self._path, "ab+") as f:
                 _set_torn_tail_aside(f, self._path)
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                yield f
         finally:
             self._journal_lock.release()
+
+    def _holds(self, data: bytes) -> bool:
+        """Whether ``data`` was appended after what this reader has read: a
+        batch sent to a relay that died before acknowledging it."""
+        with open(self._path, "rb") as f:
+            f.seek(self._read_to)
+            tail = b""
+            while chunk := f.read(_SEARCH_CHUNK):
+                tail = tail[-len(data):] + chunk
+                if data in tail:
+                    return True
+        return False
+
+
+def write_durably(f: BinaryIO, data: bytes) -> None:
+    """Append ``data`` to the journal open in ``f`` and fsync it."""
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
 
 
 def repair_journal(path: str) -> list[str]:

@@ -16,8 +16,10 @@ from functools import lru_cache
 from typing import Any
 
 import optuna
+from optuna.storages.journal._storage import JournalOperation
 
 from hpo.store._journal import JournalFile
+from hpo.store._relay import split_relay
 from hpo.store.records import (
     CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
     event_key, event_record, report_key, run_of,
@@ -39,8 +41,9 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
         # instead of failing at once with "database is locked".
         kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    # Sets a torn tail aside before appending; refuses damage in the middle.
-    return optuna.storages.JournalStorage(JournalFile(url))
+    # Sets a torn tail aside before appending; refuses damage in the middle;
+    # sends appends to the study's relay when the URL names one (hpo.store._relay).
+    return optuna.storages.JournalStorage(JournalFile(*split_relay(url)))
 
 
 @lru_cache(maxsize=8)
@@ -121,10 +124,24 @@ class StudyStore:
 
     def report(self, trial_id: int, step: int, metrics: dict[str, float], metric: str) -> None:
         """One step's metrics; the study's metric also as Optuna's intermediate
-        value, which pruners and samplers read."""
+        value, which pruners and samplers read. Durable when it returns."""
+        storage = self.storage
+        if not isinstance(storage, optuna.storages.JournalStorage):
+            if metric in metrics:
+                storage.set_trial_intermediate_value(trial_id, step, metrics[metric])
+            self.write(trial_id, report_key(step), metrics)
+            return
+        # A journal takes both records in one append (one fsync, one relay round).
+        # The storage does not replay the journal here: the next read does, and
+        # raises there as Optuna would have here for a trial finished meanwhile.
+        worker = storage._replay_result.worker_id
+        logs = [{"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker,
+                 "trial_id": trial_id, "system_attr": {report_key(step): metrics}}]
         if metric in metrics:
-            self.storage.set_trial_intermediate_value(trial_id, step, metrics[metric])
-        self.write(trial_id, report_key(step), metrics)
+            logs.insert(0, {"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+                            "worker_id": worker, "trial_id": trial_id, "step": step,
+                            "intermediate_value": metrics[metric]})
+        storage._backend.append_logs(logs)
 
     def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> None:
         """Write one decision on a trial; the master and workers both do."""
