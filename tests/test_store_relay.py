@@ -24,7 +24,9 @@ import pytest
 import hpo
 from hpo.store import StudyStore, open_storage
 from hpo.store._journal import JournalFile
-from hpo.store._relay import RELAY_MARK, JournalRelay, RelayClient, serve_journal, split_relay
+from hpo.store._relay import (
+    RELAY_MARK, JournalRelay, RelayClient, clear_dead_relay_lock, serve_journal, split_relay,
+)
 from conftest import toy_space
 
 RECORD = b'{"op_code":7,"worker_id":"w","trial_id":0,"step":%d,"intermediate_value":%d}\n'
@@ -214,3 +216,51 @@ def test_processes_reporting_through_the_relay_are_read_back_whole(journal):
             assert proc.exitcode == 0
     trials = StudyStore(open_storage(str(journal)), "s").trials()
     assert [t.intermediate_values for t in trials] == [{s: float(s) for s in range(300)}] * 4
+
+
+_BUSY_RELAY = """
+import sys
+from hpo.store._relay import serve_journal, split_relay, RelayClient
+with serve_journal(sys.argv[1]) as url:
+    client = RelayClient(split_relay(url)[1])
+    while True:
+        client.append(b'{"op_code":7,"worker_id":"w","trial_id":0,"step":1,"intermediate_value":1}\\n')
+"""
+
+
+def test_the_lock_of_a_relay_killed_while_busy_is_cleared_by_the_next_master(journal):
+    lock, held = Path(f"{journal}.lock"), Path(f"{journal}.relay-held")
+    busy = subprocess.Popen([sys.executable, "-c", _BUSY_RELAY, str(journal)])
+    try:
+        deadline = time.monotonic() + 60
+        while not held.exists():
+            assert time.monotonic() < deadline and busy.poll() is None, "the relay never held the lock"
+            time.sleep(0.05)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert lock.is_symlink()  # left behind: Optuna's writers would wait 30 s for it
+    with serve_journal(str(journal)) as url:  # as the next hpo.run starts its relay
+        assert not lock.is_symlink() and not held.exists()
+        started = time.monotonic()
+        JournalFile(str(journal)).append_direct(RECORD % (2, 2))  # no wait for a grace period
+        assert time.monotonic() - started < 10
+        assert RelayClient(split_relay(url)[1]).append(RECORD % (3, 3)) is True
+
+
+def test_a_live_relay_keeps_its_lock(journal):
+    with serve_journal(str(journal)) as url:
+        client, stop = RelayClient(split_relay(url)[1]), threading.Event()
+        writer = threading.Thread(target=lambda: [client.append(RECORD % (1, 1))
+                                                  for _ in iter(lambda: stop.is_set(), True)])
+        writer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not Path(f"{journal}.relay-held").exists():
+                assert time.monotonic() < deadline, "the relay never held the lock"
+                time.sleep(0.01)
+            assert not clear_dead_relay_lock(str(journal))  # its process is alive
+            assert Path(f"{journal}.lock").is_symlink()
+        finally:
+            stop.set()
+            writer.join()

@@ -24,6 +24,7 @@ relay drops: it was never acknowledged, and nobody waits for it.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import selectors
@@ -35,13 +36,14 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from hpo.store._journal import JournalFile
 
 __all__ = ["JournalRelay", "RelayClient", "serve_journal", "relay_interface", "split_relay",
-           "RELAY_MARK"]
+           "clear_dead_relay_lock", "RELAY_MARK"]
 
 RELAY_MARK = "#hpo-relay="
 _FRAME = struct.Struct("!I")  # payload length
@@ -52,9 +54,11 @@ _CONNECT_TIMEOUT_S = 10.0
 _ACK_TIMEOUT_S = 300.0  # a round is one write and one fsync; NFS under load can be slow
 _RETRY_CONNECT_S = 30.0  # after a failed connect, write directly for this long
 _MAX_FRAME = 256 << 20
-_IDLE_S = 0.005  # nothing arrived for this long: release the journal's lock
-_HOLD_S = 0.1  # hold the lock at most this long while busy...
-_YIELD_S = 0.002  # ...then leave it free this long for direct writers
+_IDLE_S = 0.05  # nothing arrived for this long: release the journal's lock
+_HOLD_S = 0.5  # hold the lock at most this long while busy...
+_YIELD_S = 0.005  # ...then leave it free this long for direct writers
+_LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
+_HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
 
 # Relays this process stopped: its own writers then go direct without a word.
 _stopped_here: set[str] = set()
@@ -200,7 +204,8 @@ class _Appender:
     Taking the lock per round costs three metadata operations that the next
     fsync must commit too (measured: 1.7 ms a round instead of 0.7 ms), so the
     lock is kept until the relay is idle, or for ``_HOLD_S`` at most, after
-    which direct writers get a moment to take it."""
+    which direct writers get a moment to take it. While it is held, a file
+    beside the journal names it (:func:`clear_dead_relay_lock`)."""
 
     def __init__(self, path: str) -> None:
         self._path = path
@@ -219,9 +224,7 @@ class _Appender:
         if self._journal is None:
             self._journal = JournalFile(self._path)
         if self._file is None:
-            self._stack = ExitStack()
-            self._file = self._stack.enter_context(self._journal.locked())
-            self._since = time.monotonic()
+            self._acquire()
         try:
             write_durably(self._file, data)
         except BaseException:
@@ -231,10 +234,60 @@ class _Appender:
             self.release()
             time.sleep(_YIELD_S)
 
+    def _acquire(self) -> None:
+        self._stack = ExitStack()
+        self._file = self._stack.enter_context(self._journal.locked())
+        self._since = time.monotonic()
+        held = {"lock": _lock_identity(self._path), "host": socket.gethostname(), "pid": os.getpid()}
+        Path(self._path + _HELD_SUFFIX).write_text(json.dumps(held))
+
     def release(self) -> None:
         if self._stack is not None:
+            Path(self._path + _HELD_SUFFIX).unlink(missing_ok=True)  # before the lock goes
             stack, self._stack, self._file = self._stack, None, None
             stack.close()
+
+
+def clear_dead_relay_lock(path: str) -> bool:
+    """Remove the journal's lock if a relay that is gone left it: the next
+    master would otherwise wait out Optuna's 30 s grace. Only the very lock
+    that relay took (same inode and change time) is removed, and only when its
+    process is gone from this host, or ran elsewhere: the caller holds the
+    study's master lease, so the master around that relay is gone."""
+    try:
+        held = json.loads(Path(path + _HELD_SUFFIX).read_text())
+        lock = held["lock"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if held.get("host") == socket.gethostname() and _alive(held.get("pid")):
+        return False
+    if _lock_identity(path) != lock:
+        return False
+    os.unlink(path + _LOCK_SUFFIX)
+    Path(path + _HELD_SUFFIX).unlink(missing_ok=True)
+    print(f"hpo: {path}: removed the journal lock an earlier master left when it died "
+          f"(pid {held.get('pid')} on {held.get('host')})", file=sys.stderr, flush=True)
+    return True
+
+
+def _lock_identity(path: str) -> list[int] | None:
+    try:
+        info = os.lstat(path + _LOCK_SUFFIX)
+    except OSError:
+        return None
+    return [info.st_ino, info.st_ctime_ns]
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _frames(buffer: bytearray) -> Iterator[bytes]:
@@ -274,6 +327,7 @@ def serve_journal(url: str, host: str = "127.0.0.1",
     if "://" in url or split_relay(url)[1] or os.environ.get("HPO_RELAY", "").lower() == "off":
         yield url
         return
+    clear_dead_relay_lock(url)
     relay = JournalRelay(url, host, advertised).start()
     try:
         yield f"{url}{RELAY_MARK}{relay.address}"
