@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import warnings
 from typing import Any, NamedTuple
 
@@ -22,7 +23,7 @@ from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.figures import completed, spread
 from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
 
-__all__ = ["importance", "slices", "contour", "Axis", "axis_of", "MIN_IMPORTANCE_TRIALS"]
+__all__ = ["importance", "import_importance", "slices", "contour", "Axis", "axis_of", "MIN_IMPORTANCE_TRIALS"]
 
 # Fewer than this and nothing can be said; up to ~30 it is a rough hint, and
 # the whiskers say so.
@@ -112,9 +113,22 @@ def importance(snap: Snapshot) -> go.Figure:
                            xaxis_rangemode="tozero", height=max(300, 100 + 40 * len(names))))
 
 
+def import_importance() -> None:
+    """Import optuna.importance (it pulls scikit-learn in: a second, so only
+    when drawn or warmed up), one thread at a time: a thread that imports a
+    module another thread is importing can see it half-initialised."""
+    with _IMPORTING:
+        import optuna.importance  # noqa: F401
+
+
+_IMPORTING = threading.Lock()
+
+
 def _fanova(trials: list[TrialView], direction: str, seed: int) -> dict[str, float]:
     """fANOVA importances on a bootstrap resample (the first run uses every trial once)."""
-    import optuna  # optuna.importance pulls scikit-learn in: only when drawn
+    import optuna
+
+    import_importance()
 
     rng = np.random.default_rng(seed)
     chosen = trials if seed == 0 else [trials[i] for i in rng.integers(0, len(trials), len(trials))]

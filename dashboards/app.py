@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from typing import Any
 
 import dash
 from dash import Input, Output, State, dash_table, dcc, html
 
 from hpo.dashboards import leaderboard, trial_page
+from hpo.dashboards.analysis import import_importance
 from hpo.dashboards.data import StoreReader
 from hpo.dashboards.views import PARETO, VIEWS, summary, views_of
 
@@ -115,6 +117,11 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
               _: Any):
         snap = reader.snapshot()
         size = size or PAGE_SIZE
+        page = page or 0
+        if not sort_by and not (filter_query or "").strip():  # rank order: build one page only
+            shown = leaderboard.page_rows(snap, page * size, (page + 1) * size)
+            return (shown, max(1, -(-len(snap.trials) // size)), list(leaderboard.columns(snap)),
+                    leaderboard.tooltips(snap, shown), "")
         message = ""
         try:
             selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query,
@@ -125,7 +132,6 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
             # Say why rather than show an empty table; the rows stay unfiltered.
             selected = leaderboard.query(leaderboard.rows(snap), sort_by, "")
             message = f"Filter not applied: {exc}; showing every trial."
-        page = page or 0
         pages = max(1, -(-len(selected) // size))
         shown = selected[page * size:(page + 1) * size]
         return (shown, pages, list(leaderboard.columns(snap)), leaderboard.tooltips(snap, shown),
@@ -153,10 +159,15 @@ def warm_up() -> None:
     optuna.importance (which pulls scikit-learn in). The server answers
     callbacks on several threads, and two threads importing one module at the
     same moment can see it half-initialised."""
-    import optuna.importance  # noqa: F401
     from _plotly_utils.optional_imports import get_module
 
     get_module("pandas")
+    import_importance()
+
+
+# optuna.importance takes a second to import: after the first page is drawn,
+# not before (the importance view imports it itself if asked for sooner).
+_WARM_UP_AFTER_S = 3.0
 
 
 def serve(app: dash.Dash, host: str, port: int) -> None:
@@ -169,7 +180,12 @@ def serve(app: dash.Dash, host: str, port: int) -> None:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logging.getLogger("dash.dash").setLevel(logging.WARNING)
     flask.cli.show_server_banner = lambda *args, **kwargs: None
-    warm_up()
+    from _plotly_utils.optional_imports import get_module
+
+    get_module("pandas")  # cheap, and every figure asks
+    warmer = threading.Timer(_WARM_UP_AFTER_S, import_importance)
+    warmer.daemon = True
+    warmer.start()
     # The store just read (millions of objects for 100,000 trials) lives as long
     # as the server: keep the cyclic collector from rescanning it, which took
     # seconds at a time in the middle of drawing a view.

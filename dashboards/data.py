@@ -25,9 +25,15 @@ import optuna
 
 from hpo.results import StudyResult, TrialRecord, record_fields
 from hpo.store import RunDir, StudyStore
+from hpo.store._snapshot import is_placeholder, records_read
 from hpo.store.records import grouped_attrs, run_of
 
-__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused"]
+__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
+
+# Journal records a reader replays beyond its views snapshot before it writes
+# a new one (journal.log.views, dashboards/view_cache.py); writing 100,000
+# trials' views takes a few seconds, replaying 20,000 records about one.
+VIEWS_EVERY = 20_000
 
 
 @dataclass(frozen=True)
@@ -128,17 +134,34 @@ class StoreReader:
     several threads.
     """
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, write_views: bool = True) -> None:
         self.run_dir = RunDir(Path(run_dir))
         info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
         self.spec: dict[str, Any] = info.get("spec") or {}
         self._files = self.run_dir.store_files()
-        with gc_paused():
-            self._store = self.run_dir.open_store(read_only=True)
+        url = self.run_dir.storage_url()
+        self._journal = None if "://" in url else url
+        self._write_views = write_views and self._journal is not None
         self._lock = threading.Lock()
         self._views: dict[int, tuple[optuna.trial.FrozenTrial, TrialView]] = {}
+        # Views of the trials the views snapshot holds (finished there), by number.
+        self._finished: dict[int, TrialView] = {}
+        self._views_at = 0  # the journal record the views snapshot stands at
+        with gc_paused():
+            self._store = self._open()
         self._snapshot: Snapshot | None = None
         self._signature: tuple | None = None
+
+    def _open(self) -> StudyStore:
+        """The store read-only, from the views snapshot when one matches."""
+        from hpo.dashboards import view_cache  # it builds on TrialView, defined here
+
+        cached = view_cache.load(self._journal) if self._journal else None
+        if cached is None:
+            return self.run_dir.open_store(read_only=True)
+        seed, self._finished = cached
+        self._views_at = seed[0].records
+        return self.run_dir.open_store(read_only=True, seed=seed)
 
     def signature(self) -> tuple:
         """Changes whenever the store may have changed (size and mtime of its files)."""
@@ -153,6 +176,8 @@ class StoreReader:
             if self._snapshot is None or signature != self._signature:
                 with gc_paused():
                     fresh = self._read()
+                    if self._views_due():
+                        self._save_views(fresh)
                 # Same content (a database re-read, a touched file): keep the old
                 # snapshot, and with it every view already drawn from it.
                 if self._snapshot is None or fresh.version != self._snapshot.version:
@@ -160,9 +185,33 @@ class StoreReader:
                 self._signature = signature
             return self._snapshot
 
+    def write_views_snapshot(self) -> bool:
+        """Write the views snapshot of the store as read now; False when it
+        could not be written (a database store, a read-only directory)."""
+        with self._lock:
+            snap = self._snapshot if self._snapshot is not None else self._read()
+            return self._journal is not None and self._save_views(snap)
+
+    def _save_views(self, snap: Snapshot) -> bool:
+        from hpo.dashboards import view_cache  # it builds on TrialView, defined here
+
+        if view_cache.save(self._journal, self._store, list(snap.trials)):
+            self._views_at = records_read(self._store.storage)[0]
+            return True
+        return False
+
+    def _views_due(self) -> bool:
+        """Whether many records came after the views snapshot (geometrically
+        more as the study grows, so that writing stays in proportion)."""
+        total, _ = records_read(self._store.storage)
+        return self._write_views and total - self._views_at >= max(VIEWS_EVERY, self._views_at // 2)
+
     def _read(self) -> Snapshot:
         store, spec = self._store, self.spec
-        views = [self._view(t) for t in store.trials()]
+        # A trial's number is its place in the study; a placeholder stands for
+        # a finished trial whose view came with the views snapshot.
+        views = [self._finished[n] if is_placeholder(t) else self._view(t)
+                 for n, t in enumerate(store.trials())]
         metrics = _metrics_of(spec)
         return Snapshot(
             run_dir=str(self.run_dir.path), name=spec.get("name", self.run_dir.path.name),

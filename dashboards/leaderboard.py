@@ -15,10 +15,10 @@ import re
 from numbers import Real
 from typing import Any
 
-from hpo.dashboards.data import Snapshot
+from hpo.dashboards.data import Snapshot, TrialView
 from hpo.units import format_value
 
-__all__ = ["columns", "rows", "ranks", "tooltips", "query", "parse_filter", "html_table"]
+__all__ = ["columns", "rows", "page_rows", "ranks", "tooltips", "query", "parse_filter", "html_table"]
 
 ERROR_CHARS = 160
 
@@ -49,25 +49,38 @@ def _kind(snap: Snapshot, name: str) -> str:
 @functools.lru_cache(maxsize=4)
 def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
     """Every trial as a table row, in rank order."""
+    row = _row_maker(snap)
+    return tuple(row(t) for t in snap.ranked)
+
+
+def page_rows(snap: Snapshot, start: int, stop: int) -> list[dict[str, Any]]:
+    """Rows ``start`` to ``stop`` in rank order, built alone: the first page of
+    an unsorted, unfiltered table needs no other row."""
+    row = _row_maker(snap)
+    return [row(t) for t in snap.ranked[start:stop]]
+
+
+def _row_maker(snap: Snapshot):
     names = snap.param_names
     params_at = 4 + max(0, len(snap.objectives) - 1)  # after the objectives' columns
     numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[params_at:])}
-    out = []
     rank_of = ranks(snap)
-    for t in snap.ranked:
-        row: dict[str, Any] = {
-            "id": t.number, "rank": rank_of.get(t.number), "trial": t.number, "state": t.state.value, "value": _number(t.value),
+
+    def row(t: TrialView) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": t.number, "rank": rank_of.get(t.number), "trial": t.number, "state": t.state.value,
+            "value": _number(t.value),
             "duration_s": None if t.duration_s is None else round(t.duration_s, 1),
             "attempts": t.attempt, "steps": t.steps, "host": t.host or "",
             "error": (t.error or "")[:ERROR_CHARS],
         }
         for i, value in enumerate((t.values or [])[1:], start=1):
-            row[f"value_{i}"] = _number(value)
+            out[f"value_{i}"] = _number(value)
         for i, name in enumerate(names):
             value = t.params.get(name)
-            row[f"param_{i}"] = value if numeric[name] or value is None else str(value)
-        out.append(row)
-    return tuple(out)
+            out[f"param_{i}"] = value if numeric[name] or value is None else str(value)
+        return out
+    return row
 
 
 def tooltips(snap: Snapshot, shown: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,7 +18,8 @@ journal (SQLite locking over NFS is unreliable).
 - :mod:`hpo.store.records`: the layout of what is stored, its contract, and
   the readers and builders of each record (pure functions);
 - :class:`StudyStore`: reads and writes one study's trials;
-- :class:`RunDir`: the run directory around it.
+- :class:`RunDir`: the run directory around it;
+- :class:`SnapshotJournal`: a journal that readers replay from a snapshot on.
 """
 
 from hpo.store import records
@@ -26,9 +27,10 @@ from hpo.store._files import write_atomically
 from hpo.store._journal import JournalFile
 from hpo.store._lease import MasterLease, StudyBusy
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
+from hpo.store._snapshot import SnapshotJournal, save_journal_snapshot
 from hpo.store._study import StudyStore, open_storage, open_study_store
 from hpo.store.records import TrialStatus
 
 __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "open_study_store",
            "write_atomically", "JOURNAL_FILE", "MasterLease", "StudyBusy",
-           "JournalFile"]
+           "JournalFile", "SnapshotJournal", "save_journal_snapshot"]

@@ -9,6 +9,9 @@ Layout of a run directory (``runs/<study-name>/``)::
                    NFS/GPFS across nodes thanks to its symlink lock)
     journal.log.torn-<time>, journal.log.damaged-<time>
                    bytes a repair set aside (hpo.store._journal), never deleted
+    journal.log.snapshot, journal.log.views
+                   optional shortcuts for readers (hpo.store._snapshot): the
+                   state of a journal prefix; ignored unless they match it
     master.lease   the master that holds the study (hpo.store._lease)
     trials/<n>/    per-trial checkpoint directories
 """
@@ -27,8 +30,10 @@ import optuna
 
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
-from hpo.store._journal import JournalFile, repair_journal
+from hpo.store._journal import repair_journal
 from hpo.store._lease import MasterLease
+from hpo.store import _snapshot
+from hpo.store._snapshot import Mark, SnapshotJournal, save_journal_snapshot
 from hpo.store._study import StudyStore, open_storage
 
 __all__ = ["RunDir", "JOURNAL_FILE"]
@@ -162,12 +167,14 @@ class RunDir:
             "  fix: restore it from a copy, or delete it and run the same `hpo run` command "
             "again, which writes it anew and resumes the study from its store")
 
-    def open_store(self, read_only: bool = False) -> StudyStore:
+    def open_store(self, read_only: bool = False, seed: tuple[Mark, bytes] | None = None) -> StudyStore:
         """The study's store; ``read_only`` never creates or changes anything
-        (the dashboard), and refuses a store that is missing."""
+        (the dashboard), and refuses a store that is missing. A read-only
+        journal starts from its snapshot, or from ``seed`` (a checked
+        snapshot the caller read, see :class:`SnapshotJournal`)."""
         info = self.read()
         url, name = self._url(info), info["spec"]["name"]
-        storage = _open_read_only(url, self.path) if read_only else open_storage(url)
+        storage = _open_read_only(url, self.path, seed) if read_only else open_storage(url)
         try:
             return StudyStore(storage, name)
         except KeyError:
@@ -198,6 +205,17 @@ class RunDir:
                              "  fix: pass a run directory whose study has started")
         return repair_journal(url)
 
+    def save_snapshot(self, min_new_records: int | None = None) -> bool:
+        """Write the journal's snapshot (:mod:`hpo.store._snapshot`) when at
+        least ``min_new_records`` records (default ``SNAPSHOT_EVERY``) came
+        after the last one, so that readers start from it instead of replaying
+        the whole journal; False for a database store, or when nothing was
+        written."""
+        if "://" in self.storage_url():
+            return False
+        at_least = _snapshot.SNAPSHOT_EVERY if min_new_records is None else min_new_records
+        return save_journal_snapshot(self.open_store(read_only=True).storage, at_least)
+
     def load_study(self) -> optuna.Study:
         """The Optuna study stored for this run directory."""
         return self.open_store().study()
@@ -213,7 +231,8 @@ class RunDir:
         return []
 
 
-def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
+def _open_read_only(url: str, place: Path,
+                    seed: tuple[Mark, bytes] | None = None) -> optuna.storages.BaseStorage:
     """Open the storage without creating or changing anything."""
     if "://" not in url:
         if not os.path.isfile(url):
@@ -222,8 +241,10 @@ def _open_read_only(url: str, place: Path) -> optuna.storages.BaseStorage:
                 f"{place}: the study's journal {url} is missing.\n"
                 "  fix: pass a run directory whose study has started (hpo run SPACE.json)")
         # The lock is only taken to append; reading never touches it (nor
-        # repairs: a torn tail is skipped, damage in the middle refused).
-        return optuna.storages.JournalStorage(JournalFile(url))
+        # repairs: a torn tail is skipped, damage in the middle refused). A
+        # snapshot beside the journal, when it matches, spares the replay of
+        # the records it covers.
+        return optuna.storages.JournalStorage(SnapshotJournal(url, seed))
     if url.startswith("sqlite:///"):
         path = url[len("sqlite:///"):]
         if not os.path.isfile(path):

@@ -1,0 +1,216 @@
+"""Journal snapshots: a reader starts from the state of a journal prefix
+instead of replaying the whole journal.
+
+A snapshot is a file beside the journal (``journal.log.<name>``): one header
+line, then a payload. The header says which prefix of the journal the payload
+stands for (its record count and byte length, and checksums of its first and
+last bytes) and which versions wrote it. A snapshot is only ever a shortcut:
+one that is damaged, written by other versions, or whose prefix no longer
+matches the journal (repaired, replaced, cut short) is ignored, and the
+journal, which stays a plain Optuna journal, is replayed as without it.
+
+:class:`SnapshotJournal` is Optuna's own mechanism
+(:class:`~optuna.storages.journal.BaseJournalSnapshot`): ``JournalStorage``
+restores its replay result from the snapshot and reads the journal from the
+snapshot's record on, seeking straight to its byte offset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import zlib
+from pathlib import Path
+from collections.abc import Collection
+from typing import Any, NamedTuple
+
+import optuna
+from optuna.storages.journal._base import BaseJournalSnapshot  # not re-exported by Optuna
+
+from hpo.store._files import write_atomically
+from hpo.store._journal import JournalFile
+
+__all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
+           "replay_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT", "SNAPSHOT_EVERY"]
+
+STORE_SNAPSHOT = "snapshot"  # journal.log.snapshot: Optuna's replay result
+# Records a journal must have beyond its snapshot before the master writes a
+# new one at the end of a study: below that, replaying them is quicker than
+# restoring (and a small study's run directory stays as it was).
+SNAPSHOT_EVERY = 10_000
+_FORMAT = 1
+_EDGE = 1 << 16  # bytes checksummed at each end of the covered prefix
+# A finished trial never changes (Optuna refuses updates), so a reader that
+# keeps its own copy of finished trials may store them as this placeholder.
+# (create_trial numbers it -1, which no stored trial has.)
+_PLACEHOLDER = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL)
+
+
+class Mark(NamedTuple):
+    """Where a snapshot stands: the records it covers and their byte length."""
+
+    records: int
+    offset: int
+
+
+def snapshot_path(journal: str | os.PathLike[str], name: str) -> Path:
+    return Path(f"{journal}.{name}")
+
+
+def _versions() -> dict[str, Any]:
+    from hpo import __version__
+
+    return {"format": _FORMAT, "hpo": __version__, "optuna": optuna.__version__,
+            "python": list(sys.version_info[:2])}
+
+
+def _prefix_checksums(journal: str | os.PathLike[str], offset: int) -> list[int] | None:
+    """Checksums of the first and last bytes of the journal's first ``offset``
+    bytes; None when the journal is shorter or does not end a record there."""
+    try:
+        with open(journal, "rb") as f:
+            if os.fstat(f.fileno()).st_size < offset:
+                return None
+            head = f.read(min(offset, _EDGE))
+            f.seek(max(offset - _EDGE, 0))
+            tail = f.read(offset - max(offset - _EDGE, 0))
+    except OSError:
+        return None
+    if offset and not tail.endswith(b"\n"):
+        return None
+    return [zlib.crc32(head), zlib.crc32(tail)]
+
+
+def write_snapshot(journal: str | os.PathLike[str], name: str, mark: Mark, payload: bytes) -> bool:
+    """Write ``payload`` as the snapshot ``name`` of the journal's first
+    ``mark.records`` records, atomically; False (nothing written) when the
+    directory is not writable: a snapshot is never required."""
+    checksums = _prefix_checksums(journal, mark.offset)
+    if checksums is None:
+        return False
+    header = {**_versions(), "records": mark.records, "offset": mark.offset, "prefix": checksums,
+              "payload": [len(payload), zlib.crc32(payload)]}
+    try:
+        write_atomically(snapshot_path(journal, name), json.dumps(header).encode() + b"\n" + payload)
+    except OSError:  # a read-only run directory (someone else's study), a full disk
+        return False
+    return True
+
+
+def read_snapshot(journal: str | os.PathLike[str], name: str) -> tuple[Mark, bytes] | None:
+    """The snapshot ``name`` of the journal and where it stands, or None when
+    there is none or it cannot be trusted (damaged, other versions, another
+    journal or prefix)."""
+    try:
+        data = snapshot_path(journal, name).read_bytes()
+    except OSError:
+        return None
+    end = data.find(b"\n")
+    try:
+        header = json.loads(data[:end])
+        mark = Mark(int(header["records"]), int(header["offset"]))
+        size, checksum = header["payload"]
+        expected = header["prefix"]
+        same_versions = all(header.get(k) == v for k, v in _versions().items())
+    except (ValueError, KeyError, TypeError):
+        return None
+    payload = data[end + 1:]
+    if end < 0 or not same_versions or len(payload) != size or zlib.crc32(payload) != checksum:
+        return None
+    if mark.records < 0 or _prefix_checksums(journal, mark.offset) != expected:
+        return None
+    return mark, payload
+
+
+class SnapshotJournal(JournalFile, BaseJournalSnapshot):
+    """A journal file that Optuna replays from a snapshot on, when there is a
+    trustworthy one: by default ``journal.log.snapshot``, or ``seed`` (a mark
+    and a pickled replay result that the caller read and checked).
+
+    Only readers use it: Optuna also saves a snapshot every 100 trials a
+    process creates, which this backend leaves to :func:`save_journal_snapshot`.
+    """
+
+    def __init__(self, path: str, seed: tuple[Mark, bytes] | None = None) -> None:
+        super().__init__(path)
+        self._seed = seed
+        self.restored_from: Mark | None = None  # where the replay started (tests, benches)
+
+    def load_snapshot(self) -> bytes | None:
+        found = self._seed if self._seed is not None else read_snapshot(self._path, STORE_SNAPSHOT)
+        if found is None:
+            return None
+        mark, payload = found
+        self._offsets[mark.records] = mark.offset  # read_logs seeks here instead of scanning
+        self.restored_from = mark
+        return payload
+
+    def save_snapshot(self, snapshot: bytes) -> None:
+        pass  # see the class docstring
+
+    def mark(self, records: int) -> Mark | None:
+        """Where record ``records`` starts, when this backend has read that far."""
+        offset = self._offsets.get(records)
+        return None if offset is None else Mark(records, offset)
+
+
+def replay_dump(storage: optuna.storages.JournalStorage, study_id: int | None = None,
+                kept: Collection[int] = ()) -> tuple[Mark, bytes] | None:
+    """Optuna's replay result of ``storage`` as it stands (not synced first:
+    a caller's views of the trials match it), pickled, and where it stands.
+    The finished trials of study ``study_id`` whose numbers are in ``kept``
+    are placeholders (:func:`is_placeholder`): the caller keeps them itself.
+    None when the backend cannot say where the replay stands.
+
+    Optuna offers no public way to take its replay state; this reaches its
+    private attributes, under the storage's own lock.
+    """
+    backend = storage._backend
+    if not isinstance(backend, SnapshotJournal):
+        return None
+    with storage._thread_lock:
+        result = storage._replay_result
+        mark = backend.mark(result.log_number_read)
+        if mark is None:
+            return None
+        if not kept:
+            return mark, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        study_of = result._trial_id_to_study_id
+        light = object.__new__(type(result))
+        light.__dict__.update(result.__dict__)
+        light._trials = {i: _PLACEHOLDER if t.state.is_finished() and t.number in kept
+                         and study_of.get(i) == study_id else t for i, t in result._trials.items()}
+        return mark, pickle.dumps(light, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def records_read(storage: optuna.storages.BaseStorage) -> tuple[int, int]:
+    """How many journal records ``storage`` stands for, and how many of them
+    it replayed itself (the others came from its snapshot); (0, 0) for a
+    storage that is not a journal read through :class:`SnapshotJournal`."""
+    backend = getattr(storage, "_backend", None)
+    if not isinstance(backend, SnapshotJournal):
+        return 0, 0
+    total = storage._replay_result.log_number_read
+    restored = backend.restored_from.records if backend.restored_from else 0
+    return total, total - min(restored, total)
+
+
+def is_placeholder(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``trial`` stands for a finished trial a reader keeps itself."""
+    return trial.number < 0
+
+
+def save_journal_snapshot(storage: optuna.storages.BaseStorage, min_new_records: int = 0) -> bool:
+    """Write the snapshot of a journal storage opened with
+    :class:`SnapshotJournal` (read-only stores are), when it replayed at least
+    ``min_new_records`` records beyond its own snapshot; False when nothing
+    was written (another storage, too few new records, not writable)."""
+    if not isinstance(storage, optuna.storages.JournalStorage):
+        return False
+    total, replayed = records_read(storage)
+    if total == 0 or replayed < max(min_new_records, 1):
+        return False
+    dump = replay_dump(storage)
+    return dump is not None and write_snapshot(storage._backend._path, STORE_SNAPSHOT, *dump)
