@@ -1,18 +1,33 @@
 """Scheduling overhead of hpo against the tools users would otherwise pick.
 
-Workloads: N trials that each sleep T seconds, on P = 2 slots; the ideal
-makespan is N * T / P. Contenders, interleaved in one run on the same machine:
+Sleep workloads ``NxT`` (or ``NxT@P``): N trials that each sleep T seconds on
+P slots (default 2); the ideal makespan is N * T / P. Contenders, interleaved
+in one run on the same machine:
 
 - hpo, dask engine, default durable store (journal file), on a running
-  2-worker LocalCluster (cluster start-up is reported apart);
-- Optuna ``study.optimize(n_jobs=2)``, in memory and with a journal file;
+  P-worker LocalCluster (one thread each; cluster start-up is reported apart);
+- Optuna ``study.optimize(n_jobs=P)``, in memory and with a journal file;
 - plain Dask ``client.map`` on the same cluster;
 - Ray Tune, when installed (``pip install 'hpo[bench]'``).
 
+The default sleep workloads are 200 x 0.1 s and 1000 x 0.02 s on 2 slots, and
+``--trials16`` (2,000) x 1 s on 16 slots, after Ray Tune's published
+bookkeeping test (10,000 trials of 1 s on 16 CPUs, 14.4% over the ideal): its
+16 workers only sleep, so 2 cores carry them.
+
+The ``mlp`` workload is real work: a 27-configuration MLPClassifier grid on
+scikit-learn's digits, 3-fold cross-validation each (bench/_digits_mlp.py),
+on 2 slots: the whole ``hpo.run`` call against joblib ``Parallel(n_jobs=2)``
+over the same configurations and ``GridSearchCV(n_jobs=2, refit=False)``. It
+reports the time (median and range) and the best configuration each found,
+which must agree. Each contender first runs the first two configurations
+untimed, so that imports and process pools are warm for all of them.
+
 Run: ``python bench/overhead.py [--repeats R] [--contenders hpo,ray]
-[--workloads 200x0.1]``. The figures are medians over R rounds; contenders are
-chosen by name prefix. The last line is ``overhead_pct=<hpo's overhead at the
-first workload>``.
+[--workloads 200x0.1,2000x1@16,mlp] [--trials16 N]``. The figures are medians
+over R rounds; contenders are chosen by name prefix (hpo, optuna, dask, ray,
+joblib, gridsearchcv). The last line is ``overhead_pct=<hpo's overhead at the
+first sleep workload>`` (200 x 0.1 s by default).
 """
 
 from __future__ import annotations
@@ -25,17 +40,48 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH))
+# Dask workers import the digits objective (bench/_digits_mlp.py) by name.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
+                                                         os.environ.get("PYTHONPATH")]))
 
 import optuna  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import hpo  # noqa: E402
 
-SLOTS = 2
-WORKLOADS = [(200, 0.1), (1000, 0.02)]
+MLP = "mlp"
+MLP_SLOTS = 2
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """N trials of T seconds on P slots."""
+
+    n: int
+    t: float
+    slots: int = 2
+
+    @classmethod
+    def parse(cls, text: str) -> "Sleep":
+        trials, _, slots = text.partition("@")
+        n, t = trials.split("x")
+        return cls(int(n), float(t), int(slots or 2))
+
+    @property
+    def ideal(self) -> float:
+        return self.n * self.t / self.slots
+
+    def __str__(self) -> str:
+        return f"{self.n} x {self.t:g} s on {self.slots} slots"
+
+
+Contenders = dict[str, Callable[[], object]]
 
 
 def sleep_task(seconds: float) -> float:
@@ -43,116 +89,250 @@ def sleep_task(seconds: float) -> float:
     return seconds
 
 
-def run_hpo(n: int, t: float, address: str, tmp: Path) -> None:
+# -- sleep workloads ------------------------------------------------------------
+
+
+def run_hpo(w: Sleep, address: str, tmp: Path) -> None:
     space = {
-        "name": f"bench-{n}-{time.monotonic_ns()}", "objective": "hpo.examples.toy:sleep",
-        "metric": {"name": "value"}, "search": {"algorithm": "grid", "parallel": SLOTS},
-        "fixed": {"sleep_s": t}, "space": {"x": {"type": "int", "low": 0, "high": n - 1}},
+        "name": f"bench-{w.n}-{time.monotonic_ns()}", "objective": "hpo.examples.toy:sleep",
+        "metric": {"name": "value"}, "search": {"algorithm": "grid", "parallel": w.slots},
+        "fixed": {"sleep_s": w.t}, "space": {"x": {"type": "int", "low": 0, "high": w.n - 1}},
     }
     result = hpo.run(space, engine="dask", scheduler=address, runs_dir=tmp, progress=False)
-    if result.counts["COMPLETE"] != n:
+    if result.counts["COMPLETE"] != w.n:
         raise RuntimeError(f"hpo completed {result.counts}")
 
 
-def run_optuna(n: int, t: float, tmp: Path, journal: bool) -> None:
+def run_optuna(w: Sleep, tmp: Path, journal: bool) -> None:
     storage = None
     if journal:
         path = str(tmp / f"optuna-{time.monotonic_ns()}.log")
         storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
 
     def objective(trial: optuna.Trial) -> float:
-        x = trial.suggest_int("x", 0, n - 1)
-        time.sleep(t)
+        x = trial.suggest_int("x", 0, w.n - 1)
+        time.sleep(w.t)
         return x
 
     study = optuna.create_study(storage=storage)
-    study.optimize(objective, n_trials=n, n_jobs=SLOTS)
+    study.optimize(objective, n_trials=w.n, n_jobs=w.slots)
 
 
-def run_dask_map(n: int, t: float, client: Client) -> None:
-    futures = client.map(sleep_task, [t] * n, pure=False)
-    client.gather(futures)
+def run_dask_map(w: Sleep, client: Client) -> None:
+    client.gather(client.map(sleep_task, [w.t] * w.n, pure=False))
 
 
-def ray_runner() -> Callable[[int, float, Path], None] | None:
+def ray_runner(num_cpus: int) -> Callable[[Sleep, Path], None] | None:
     try:
         import ray
         from ray import tune
     except ImportError:
         return None
 
-    def run_ray(n: int, t: float, tmp: Path) -> None:
+    def run_ray(w: Sleep, tmp: Path) -> None:
         if not ray.is_initialized():
-            ray.init(num_cpus=SLOTS, include_dashboard=False, logging_level=logging.ERROR)
+            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR)
 
         def trainable(config):
-            time.sleep(t)
+            time.sleep(w.t)
             return {"value": config["x"]}
 
-        tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(n)))},
-                   tune_config=tune.TuneConfig(max_concurrent_trials=SLOTS),
+        tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(w.n)))},
+                   tune_config=tune.TuneConfig(max_concurrent_trials=w.slots),
                    run_config=tune.RunConfig(storage_path=str(tmp / "ray"), verbose=0)).fit()
 
     return run_ray
+
+
+def sleep_contenders(w: Sleep, cluster: LocalCluster, client: Client, tmp: Path,
+                     ray: Callable[[Sleep, Path], None] | None) -> Contenders:
+    p = w.slots
+    contenders: Contenders = {
+        "hpo (dask, journal)": lambda: run_hpo(w, cluster.scheduler_address, tmp),
+        f"optuna n_jobs={p} (memory)": lambda: run_optuna(w, tmp, journal=False),
+        f"optuna n_jobs={p} (journal)": lambda: run_optuna(w, tmp, journal=True),
+        "dask client.map": lambda: run_dask_map(w, client),
+    }
+    if ray:
+        contenders["ray tune (defaults)"] = lambda: ray(w, tmp)
+    return contenders
+
+
+def report_sleep(w: Sleep, times: dict[str, list[float]], repeats: int) -> float | None:
+    """Print the table of one sleep workload; hpo's overhead in %."""
+    print(f"\n{w}, ideal {w.ideal:.2f} s (median of {repeats}):")
+    print(f"  {'contender':28s} {'makespan_s':>10s} {'overhead_%':>10s}")
+    hpo_pct = None
+    for name, values in times.items():
+        makespan = statistics.median(values)
+        pct = 100 * (makespan - w.ideal) / w.ideal
+        print(f"  {name:28s} {makespan:10.2f} {pct:10.1f}")
+        if name.startswith("hpo"):
+            hpo_pct = pct
+    return hpo_pct
+
+
+# -- the digits MLP grid ---------------------------------------------------------
+
+Best = tuple[float, dict]  # (mean CV accuracy, configuration)
+
+
+def mlp_hpo(address: str, tmp: Path, configs: list[dict]) -> Best:
+    import _digits_mlp
+
+    space = {
+        "name": f"bench-mlp-{time.monotonic_ns()}", "objective": "_digits_mlp:cv_accuracy",
+        "metric": {"name": "accuracy", "direction": "maximize"},
+        "search": {"algorithm": "grid", "parallel": MLP_SLOTS},
+        "space": {k: sorted({c[k] for c in configs}) for k in _digits_mlp.GRID},
+    }
+    result = hpo.run(space, engine="dask", scheduler=address, runs_dir=tmp, progress=False)
+    if result.counts["COMPLETE"] != len(configs):
+        raise RuntimeError(f"hpo completed {result.counts}")
+    return result.best.value, dict(result.best.params)
+
+
+def mlp_joblib(configs: list[dict]) -> Best:
+    from joblib import Parallel, delayed
+
+    from _digits_mlp import cv_accuracy
+
+    scores = Parallel(n_jobs=MLP_SLOTS)(delayed(cv_accuracy)(c) for c in configs)
+    return max((s["accuracy"], c) for s, c in zip(scores, configs))
+
+
+def mlp_gridsearch(configs: list[dict]) -> Best:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import GridSearchCV
+
+    import _digits_mlp
+
+    grid = {"hidden_layer_sizes": sorted({(c["units"],) for c in configs}),
+            **{k: sorted({c[k] for c in configs}) for k in ("alpha", "learning_rate_init")}}
+    search = GridSearchCV(_digits_mlp.model(64, 1e-3, 1e-3), grid, cv=_digits_mlp.FOLDS,
+                          n_jobs=MLP_SLOTS, refit=False)  # refit: one fit more than the others do
+    search.fit(*load_digits(return_X_y=True))
+    params = dict(search.best_params_)
+    params["units"] = params.pop("hidden_layer_sizes")[0]
+    return float(search.best_score_), params
+
+
+def mlp_contenders(address: str, tmp: Path, configs: list[dict]) -> dict[str, Callable[[], Best]]:
+    return {
+        "hpo (dask, journal)": lambda: mlp_hpo(address, tmp, configs),
+        f"joblib Parallel(n_jobs={MLP_SLOTS})": lambda: mlp_joblib(configs),
+        f"GridSearchCV(n_jobs={MLP_SLOTS})": lambda: mlp_gridsearch(configs),
+    }
+
+
+def report_mlp(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> None:
+    print(f"\n{MLP}: 27 MLPClassifier configurations x 3-fold CV on digits, {MLP_SLOTS} slots "
+          f"(median of {repeats}):")
+    print(f"  {'contender':28s} {'time_s':>7s} {'[min-max]':>15s} {'best_acc':>9s}  best configuration")
+    for name, values in times.items():
+        score, config = bests[name]
+        spread = f"[{min(values):.1f}-{max(values):.1f}]"
+        shown = ", ".join(f"{k}={config[k]:g}" for k in sorted(config))
+        print(f"  {name:28s} {statistics.median(values):7.2f} {spread:>15s} {score:9.5f}  {shown}")
+    agree = len({(round(s, 9), tuple(sorted(c.items()))) for s, c in bests.values()}) == 1
+    print(f"  same best configuration and score: {'yes' if agree else 'NO'}")
+
+
+# -- the run ---------------------------------------------------------------------
+
+
+def select(contenders: dict, prefixes: list[str] | None) -> dict:
+    if not prefixes:
+        return contenders
+    return {k: v for k, v in contenders.items() if k.lower().startswith(tuple(prefixes))}
+
+
+def timed_rounds(label: str, contenders: dict, repeats: int) -> tuple[dict[str, list[float]], dict]:
+    """Interleave the contenders for ``repeats`` rounds: times and the last result of each."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    results: dict = {}
+    for r in range(repeats):
+        for name, contender in contenders.items():
+            print(f"  {label} {name}: round {r + 1}/{repeats}...", end="", file=sys.stderr, flush=True)
+            begin = time.perf_counter()
+            results[name] = contender()
+            times[name].append(time.perf_counter() - begin)
+            print(f" {times[name][-1]:.2f} s", file=sys.stderr, flush=True)
+    return times, results
+
+
+class Clusters:
+    """One warm LocalCluster per slot count, started when first needed."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[LocalCluster, Client]] = {}
+
+    def get(self, slots: int) -> tuple[LocalCluster, Client]:
+        if slots not in self._made:
+            started = time.perf_counter()
+            cluster = LocalCluster(n_workers=slots, threads_per_worker=1, processes=True,
+                                   host="127.0.0.1", dashboard_address=":0", resources={"CPU": 1})
+            self._made[slots] = cluster, Client(cluster)
+            print(f"dask LocalCluster of {slots} workers start-up: "
+                  f"{time.perf_counter() - started:.2f} s (not in the figures)")
+        return self._made[slots]
+
+    def close(self) -> None:
+        for cluster, client in self._made.values():
+            client.close()
+            cluster.close()
+
+
+def parse_workloads(text: str | None, trials16: int) -> list[Sleep | str]:
+    if not text:
+        return [Sleep(200, 0.1), Sleep(1000, 0.02), Sleep(trials16, 1.0, 16), MLP]
+    return [w if w == MLP else Sleep.parse(w) for w in text.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
-    parser.add_argument("--workloads", help="comma-separated NxT, e.g. 200x0.1 (default: both)")
+    parser.add_argument("--workloads", help="comma-separated NxT[@P] or mlp, e.g. 200x0.1,2000x1@16,mlp "
+                        "(default: 200x0.1, 1000x0.02, <trials16>x1@16 and mlp)")
+    parser.add_argument("--trials16", type=int, default=2000,
+                        help="trials of the default 16-slot workload (Ray Tune's test has 10000)")
     args = parser.parse_args()
-    workloads = WORKLOADS if not args.workloads else [
-        (int(n), float(t)) for n, t in (w.split("x") for w in args.workloads.split(","))]
+    workloads = parse_workloads(args.workloads, args.trials16)
+    prefixes = args.contenders.lower().split(",") if args.contenders else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
-    started = time.perf_counter()
-    cluster = LocalCluster(n_workers=SLOTS, threads_per_worker=1, processes=True,
-                           host="127.0.0.1", dashboard_address=":0", resources={"CPU": 1})
-    client = Client(cluster)
-    print(f"dask LocalCluster start-up: {time.perf_counter() - started:.2f} s (not in the figures)")
-
+    clusters = Clusters()
+    slots = [w.slots for w in workloads if isinstance(w, Sleep)]
+    ray = ray_runner(max(slots, default=2))
+    if not ray:
+        print("ray tune: not installed (pip install 'hpo[bench]'), left out")
+    overheads: list[float] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        contenders: dict[str, Callable[[int, float], None]] = {
-            "hpo (dask, journal)": lambda n, t: run_hpo(n, t, cluster.scheduler_address, tmp),
-            "optuna n_jobs=2 (memory)": lambda n, t: run_optuna(n, t, tmp, journal=False),
-            "optuna n_jobs=2 (journal)": lambda n, t: run_optuna(n, t, tmp, journal=True),
-            "dask client.map": lambda n, t: run_dask_map(n, t, client),
-        }
-        ray = ray_runner()
-        if ray:
-            contenders["ray tune (defaults)"] = lambda n, t: ray(n, t, tmp)
-        else:
-            print("ray tune: not installed (pip install 'hpo[bench]'), left out")
-        if args.contenders:
-            prefixes = args.contenders.split(",")
-            contenders = {k: v for k, v in contenders.items() if k.startswith(tuple(prefixes))}
+        for w in workloads:
+            if w == MLP:
+                import _digits_mlp
 
-        overheads: dict[tuple[int, float], float] = {}
-        for n, t in workloads:
-            ideal = n * t / SLOTS
-            times: dict[str, list[float]] = {name: [] for name in contenders}
-            for _ in range(args.repeats):
-                for name, contender in contenders.items():  # interleaved
-                    begin = time.perf_counter()
-                    contender(n, t)
-                    times[name].append(time.perf_counter() - begin)
-                    print(f"  {n} x {t}s {name}: {times[name][-1]:.2f} s", file=sys.stderr)
-            print(f"\n{n} trials x {t} s on {SLOTS} slots, ideal {ideal:.2f} s "
-                  f"(median of {args.repeats}):")
-            print(f"  {'contender':28s} {'makespan_s':>10s} {'overhead_%':>10s}")
-            for name, values in times.items():
-                makespan = statistics.median(values)
-                pct = 100 * (makespan - ideal) / ideal
-                print(f"  {name:28s} {makespan:10.2f} {pct:10.1f}")
-                if name.startswith("hpo"):
-                    overheads[(n, t)] = pct
-    client.close()
-    cluster.close()
-    if workloads[0] in overheads:
-        print(f"overhead_pct={overheads[workloads[0]]:.1f}")
+                configs = _digits_mlp.configurations()
+                cluster, _ = clusters.get(MLP_SLOTS)
+                contenders = select(mlp_contenders(cluster.scheduler_address, tmp, configs), prefixes)
+                warm = select(mlp_contenders(cluster.scheduler_address, tmp, configs[:2]), prefixes)
+                timed_rounds("mlp warm-up (untimed)", warm, 1)
+                times, bests = timed_rounds(MLP, contenders, args.repeats)
+                if times:
+                    report_mlp(times, bests, args.repeats)
+                continue
+            cluster, client = clusters.get(w.slots)
+            contenders = select(sleep_contenders(w, cluster, client, tmp, ray), prefixes)
+            times, _ = timed_rounds(f"{w.n} x {w.t:g}s@{w.slots}", contenders, args.repeats)
+            pct = report_sleep(w, times, args.repeats) if times else None
+            if pct is not None:
+                overheads.append(pct)
+    clusters.close()
+    if overheads:
+        print(f"overhead_pct={overheads[0]:.1f}")
 
 
 if __name__ == "__main__":
