@@ -12,7 +12,7 @@ import pytest
 from hpo.pruning import median_pruner
 from hpo.store import StudyStore, open_storage
 from hpo.trial import Trial, TrialStatus, TrialTask, run_trial
-from hpo.store.records import EVENT_ATTR, REPORT_ATTR, RUN_ATTR
+from hpo.store.records import ENDED_BY_ATTR, EVENT_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR
 
 
 def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
@@ -151,3 +151,73 @@ def test_isolated_trial_returning_something_unpicklable_fails_clearly(tmp_path):
     assert run_trial(task).state is TrialStatus.FAILED
     error = fresh(task).system_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "lambda" in error["message"]
+
+
+def test_the_start_record_is_written_while_the_objective_runs(tmp_path):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep")
+
+    def objective(config, trial):  # started, as a master reading the store must see
+        deadline = time.monotonic() + 10
+        while TrialStatus.of(fresh(task)) is not TrialStatus.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return float(TrialStatus.of(fresh(task)) is TrialStatus.RUNNING)
+
+    task = TrialTask(**{**task.__dict__, "objective": objective})
+    assert run_trial(task).value == 1.0
+    run = fresh(task).system_attrs[RUN_ATTR]
+    assert run["attempt"] == 1 and run["started_at"] <= run["ended_at"]
+
+
+def test_a_start_record_that_cannot_be_written_fails_the_task(tmp_path, monkeypatch):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+    write_run = StudyStore.write_run
+
+    def failing_once(self, trial_id, run):
+        monkeypatch.setattr(StudyStore, "write_run", write_run)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(StudyStore, "write_run", failing_once)
+    with pytest.raises(OSError, match="disk full"):  # the engine's failure, as before the objective ran
+        run_trial(task)
+    assert TrialStatus.of(fresh(task)) is TrialStatus.PENDING
+
+
+def test_heartbeats_are_written_while_the_objective_runs_and_stop_with_its_task(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "0.05")
+    tasks = [make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0.3}) for _ in range(2)]
+    for task in tasks:
+        run_trial(task)
+    journal = tmp_path / "journal.log"
+    size = journal.stat().st_size
+    time.sleep(0.3)  # six beat periods
+    assert journal.stat().st_size == size
+    assert all(isinstance(fresh(task).system_attrs.get(HEARTBEAT_ATTR), float) for task in tasks)
+
+
+def test_no_beat_overwrites_the_mark_of_a_cancelled_task(tmp_path, monkeypatch):
+    from hpo.trial import _task
+
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "0.02")
+
+    def cancelled(task):
+        time.sleep(0.2)  # beats meanwhile
+        raise _task.TaskInterrupted("CancelError")
+
+    monkeypatch.setattr(_task, "_run_here", cancelled)
+    task = make_task(tmp_path, "hpo.examples.toy:sleep")
+    assert run_trial(task).state is TrialStatus.RUNNING  # given up, to be resumed at once
+    time.sleep(0.2)
+    assert "abandoned_at" in fresh(task).system_attrs[HEARTBEAT_ATTR]
+
+
+def test_a_trial_ended_by_the_master_meanwhile_keeps_the_stored_end(tmp_path, monkeypatch):
+    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+    finish = StudyStore.finish
+
+    def master_first(self, trial_id, status, value, run=None):  # as end_without_result does
+        self.write(trial_id, ENDED_BY_ATTR, {"reason": "cancelled", "message": "study stopped"})
+        finish(self, trial_id, TrialStatus.CANCELLED, None)
+        return finish(self, trial_id, status, value, run=run)
+
+    monkeypatch.setattr(StudyStore, "finish", master_first)
+    assert run_trial(task).state is TrialStatus.CANCELLED

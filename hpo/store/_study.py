@@ -12,6 +12,7 @@ import math
 import os
 import socket
 import time
+from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -26,6 +27,9 @@ from hpo.store.records import (
 )
 
 __all__ = ["StudyStore", "open_storage", "open_study_store"]
+
+# How stale a worker's view of the study's stop and contender may be (seconds).
+_FRESH_S = 0.2
 
 
 @lru_cache(maxsize=8)
@@ -61,6 +65,7 @@ class StudyStore:
         self.storage = storage
         self.name = name
         self.study_id = storage.get_study_id_from_name(name)  # KeyError: no such study
+        self._attrs: tuple[float, dict[str, Any]] | None = None  # (read at, the study's attributes)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyStore":
@@ -91,15 +96,30 @@ class StudyStore:
 
     def stop(self) -> dict[str, Any] | None:
         """Why the study must stop, or None."""
-        return self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
+        return self._study_attrs().get(STOP_ATTR)
+
+    def _study_attrs(self) -> dict[str, Any]:
+        """The study's attributes, read at most every ``_FRESH_S``. Reading a
+        journal first replays every record appended since (every trial's
+        reports), under one lock per process: the trials of a worker process
+        (hundreds of threads) share one read instead of each replaying the
+        journal at every report. This process's own writes are seen at once."""
+        cached = self._attrs
+        if cached is not None and time.monotonic() - cached[0] < _FRESH_S:
+            return cached[1]
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        self._attrs = (time.monotonic(), attrs)
+        return attrs
 
     # -- writing ---------------------------------------------------------------
 
     def set_stop(self, reason: dict[str, Any] | None) -> None:
         self.storage.set_study_user_attr(self.study_id, STOP_ATTR, reason)
+        self._attrs = None
 
     def contender(self) -> float | None:
         """The convergence a running trial must reach to keep its slot (None: nobody waits)."""
+        # Read at a quantum's end only, and it must be the master's latest word.
         value = self.storage.get_study_user_attrs(self.study_id).get(CONTENDER_ATTR)
         return float(value) if value is not None else None  # "inf" is stored as a string
 
@@ -157,16 +177,45 @@ class StudyStore:
         it at once instead of waiting for its heartbeat to go stale."""
         self.write(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
 
-    def finish(self, trial_id: int, status: TrialStatus, value: float | list[float] | None) -> bool:
-        """End a trial with ``status`` and its value (a list: one per objective);
-        False when it had ended already (the first end wins: a finished trial
-        never changes)."""
+    def finish(self, trial_id: int, status: TrialStatus, value: float | list[float] | None,
+               run: RunRecord | None = None) -> bool:
+        """End a trial with ``status`` and its value (a list: one per objective),
+        with its final ``run`` record when given (on a journal, both in one
+        append); False when it had ended already (the first end wins: a
+        finished trial never changes, nor does its record)."""
         values = None if value is None else list(value) if isinstance(value, list) else [value]
+        storage = self.storage
+        if run is not None and isinstance(storage, optuna.storages.JournalStorage):
+            return self._finish_in_one_append(storage, trial_id, status, values, run)
         try:
-            self.storage.set_trial_state_values(trial_id, status.stored_as, values)
+            if run is not None:
+                self.write_run(trial_id, run)
+            storage.set_trial_state_values(trial_id, status.stored_as, values)
         except optuna.exceptions.UpdateFinishedTrialError:
             return False
         return True
+
+    @staticmethod
+    def _finish_in_one_append(storage: optuna.storages.JournalStorage, trial_id: int,
+                              status: TrialStatus, values: list[float] | None, run: RunRecord) -> bool:
+        worker = storage._replay_result.worker_id
+        ended = datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")
+        logs = [{"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker,
+                 "trial_id": trial_id, "system_attr": {RUN_ATTR: run}},
+                {"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker,
+                 "trial_id": trial_id, "state": status.stored_as, "values": values,
+                 "datetime_complete": ended}]
+        # Under the storage's lock: another thread's replay would take these
+        # records as foreign and swallow the refusal this one must see.
+        with storage._thread_lock:
+            storage._backend.append_logs(logs)
+            refused = False
+            while True:  # each refused record stops a replay: go on past both
+                try:
+                    storage._sync_with_backend()
+                    return not refused
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    refused = True
 
     def end_without_result(self, trial_id: int, reason: str, message: str) -> None:
         """End a trial no worker finished: "cancelled" (the study stopped before

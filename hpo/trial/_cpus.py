@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["CpuBinding", "bind_cpus", "thread_environment"]
 
@@ -112,13 +113,29 @@ def _claimed_cores(candidates: list[int], wanted: int) -> Iterator[tuple[int, ..
 @contextlib.contextmanager
 def _limited_pools(cpus: int) -> Iterator[None]:
     """OpenMP and BLAS pools already loaded in this process (threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency of hpo
+    controller = _pool_controller()
+    if controller is None:  # pragma: no cover - a dependency of hpo
         yield
         return
-    with threadpool_limits(limits=cpus):
+    with controller.limit(limits=cpus):
         yield
+
+
+_pools: tuple[int, Any] | None = None  # (modules loaded when scanned, the controller)
+
+
+def _pool_controller() -> Any:
+    """threadpoolctl's view of the loaded libraries, scanned again only when
+    modules were imported since: a scan reads every loaded library (about
+    1 ms, each trial, in a worker that already has them all)."""
+    global _pools
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - a dependency of hpo
+        return None
+    if _pools is None or _pools[0] != len(sys.modules):
+        _pools = (len(sys.modules), ThreadpoolController())
+    return _pools[1]
 
 
 def _limit_tensorflow(cpus: int) -> int | None:

@@ -23,7 +23,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import optuna
 
@@ -143,16 +143,14 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         # Re-executed by an engine retry after the result was already stored:
         # keep the first result, so a trial is counted once.
         return _outcome_of(stored)
-    run = _start_record(store, task, stored)
+    run, write_start = _start_record(store, task, stored)
     while True:
-        with _Heartbeat(store, task.trial_id):
-            try:
-                result = _run_isolated(task) if task.isolate else _run_here(task)
-            except TaskInterrupted as interruption:
-                if not interruption.timed_out:
-                    return _cancelled(store, task, run, interruption)
-                result = _Result(timed_out=True, error={
-                    "type": interruption.kind, "message": "the engine ended the task at its time_out"})
+        try:
+            with _Heartbeat(store, task.trial_id, write_start):
+                result = _attempt(task)
+        except TaskInterrupted as interruption:  # cancelled, not timed out
+            return _cancelled(store, task, run, interruption)
+        write_start = None  # a retry's record is written before it starts
         state, value = _classify(result, task.metric, task.objectives)
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
@@ -162,11 +160,24 @@ def run_trial(task: TrialTask) -> TrialOutcome:
         segment = {**segment_record(run, result.steps, state), **(result.quantum or {}),
                    "checkpoint_bytes": _size_of(Path(task.checkpoint_dir))}
         store.write(task.trial_id, segment_key(run["segment"]), segment)
-    store.write_run(task.trial_id, run)
     if state is TrialStatus.SUSPENDED:
+        store.write_run(task.trial_id, run)
         return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
-    store.finish(task.trial_id, state, value)  # False: cancelled meanwhile; the stored end wins
-    return _outcome_of(store.trial(task.trial_id))
+    if store.finish(task.trial_id, state, value, run=run):  # the record and the end: one append
+        return TrialOutcome(task.number, state, value[0] if isinstance(value, list) else value)
+    return _outcome_of(store.trial(task.trial_id))  # cancelled meanwhile: the stored end wins
+
+
+def _attempt(task: TrialTask) -> _Result:
+    """Run the objective once. A time-out by the engine is a result; a
+    cancellation raises :class:`TaskInterrupted`."""
+    try:
+        return _run_isolated(task) if task.isolate else _run_here(task)
+    except TaskInterrupted as interruption:
+        if not interruption.timed_out:
+            raise
+        return _Result(timed_out=True, error={
+            "type": interruption.kind, "message": "the engine ended the task at its time_out"})
 
 
 class TaskInterrupted(Exception):
@@ -211,29 +222,108 @@ def give_up_task(task: TrialTask, run: RunRecord | None, why: str) -> None:
 
 
 class _Heartbeat:
-    """Writes the time on the trial every HEARTBEAT_S while the objective runs,
-    so that a master can tell a trial still running elsewhere from a lost one."""
+    """While the objective runs: the task's start record, written beside the
+    objective rather than before it (a short trial does not wait for the
+    write), then the time on the trial every ``heartbeat_s()``, so that a
+    master can tell a trial still running elsewhere from a lost one.
 
-    def __init__(self, store: StudyStore, trial_id: int) -> None:
+    Leaving waits for the start record, and re-raises its error as writing
+    it first would have; no beat is written after that.
+    """
+
+    def __init__(self, store: StudyStore, trial_id: int, first: Callable[[], None] | None = None) -> None:
         self._store, self._id = store, trial_id
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name="hpo-heartbeat", daemon=True)
+        self.first = first
+        self.due = 0.0  # time.monotonic() of the next beat
+        self.error: Exception | None = None
 
     def __enter__(self) -> "_Heartbeat":
-        self._thread.start()
+        # The start record counts as the first beat (or the one written before a retry).
+        self.due = time.monotonic() + heartbeat_s()
+        _Pulse.here().add(self)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        _Pulse.here().remove(self)
+        if self.error is not None and exc_type is None:
+            raise self.error
 
-    def _beat(self) -> None:
-        # The run record written at the start counts as the first beat.
-        while not self._stop.wait(heartbeat_s()):
-            try:
+    def write(self, first: Callable[[], None] | None) -> None:
+        """The start record (``first``), else a beat; called by the pulse thread."""
+        self.due = time.monotonic() + heartbeat_s()
+        try:
+            if first is not None:
+                first()
+            else:
                 self._store.beat(self._id)
-            except Exception:  # a store hiccup must not end the trial; the next beat retries
-                pass
+        except Exception as exc:
+            if first is not None:
+                self.error = exc
+            # A beat: a store hiccup must not end the trial; the next beat retries.
+
+
+class _Pulse:
+    """The one thread of a process that writes the start records and heartbeats
+    of the trials it runs (a thread per trial cost each trial its start-up)."""
+
+    _here: "_Pulse | None" = None
+    _making = threading.Lock()
+
+    @classmethod
+    def here(cls) -> "_Pulse":
+        with cls._making:
+            if cls._here is None or cls._here._pid != os.getpid():  # a forked child starts its own
+                cls._here = cls()
+            return cls._here
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._changed = threading.Condition()
+        self._beats: list[_Heartbeat] = []
+        self._writing: _Heartbeat | None = None
+        threading.Thread(target=self._serve, name="hpo-heartbeat", daemon=True).start()
+
+    def add(self, beat: _Heartbeat) -> None:
+        with self._changed:
+            self._beats.append(beat)
+            self._changed.notify_all()
+
+    def remove(self, beat: _Heartbeat) -> None:
+        """Stop beating for ``beat`` once its start record and any beat under way are written."""
+        with self._changed:
+            try:
+                while beat.first is not None or self._writing is beat:
+                    self._changed.wait()
+            finally:  # even when the runtime interrupts the wait: never beat for it again
+                self._beats.remove(beat)
+
+    def _serve(self) -> None:
+        with self._changed:
+            while True:
+                beat = self._next()
+                if beat is None:
+                    continue
+                first, beat.first = beat.first, None
+                self._writing = beat
+                self._changed.release()
+                try:
+                    beat.write(first)
+                finally:
+                    self._changed.acquire()
+                    self._writing = None
+                    self._changed.notify_all()
+
+    def _next(self) -> _Heartbeat | None:
+        """The trial to write for now, start records first; else wait until one is due."""
+        now = time.monotonic()
+        starting = [b for b in self._beats if b.first is not None]
+        if starting:
+            return starting[0]
+        due = min(self._beats, key=lambda b: b.due, default=None)
+        if due is not None and due.due <= now:
+            return due
+        self._changed.wait(None if due is None else due.due - now)
+        return None
 
 
 def heartbeat_s() -> float:
@@ -273,21 +363,27 @@ def _outcome_of(trial: optuna.trial.FrozenTrial) -> TrialOutcome:
     return TrialOutcome(trial.number, status_of(trial), trial.values[0] if trial.values else None)
 
 
-def _start_record(store: StudyStore, task: TrialTask, stored: optuna.trial.FrozenTrial) -> RunRecord:
-    """Write the run record as this task starts: the next segment of a suspended
-    trial, or a new attempt (the first, or one after a lost one)."""
+def _start_record(store: StudyStore, task: TrialTask,
+                  stored: optuna.trial.FrozenTrial) -> tuple[RunRecord, Callable[[], None]]:
+    """The run record as this task starts (the next segment of a suspended
+    trial, or a new attempt: the first, or one after a lost one), and the
+    writes that store it."""
     previous = run_of(stored)
     lost = bool(previous) and not previous.get("suspended")  # its worker or master died
     if lost:
         previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
-        store.record_event(task.trial_id, "retried", None,
-                           f"attempt {previous.get('attempt')} on {previous.get('host')} "
-                           f"(pid {previous.get('pid')}) was lost with its worker or master; "
-                           "running again from its checkpoint")
     last_seen = (last_sign_of_life(stored) or previous.get("segment_started_at")) if lost else None
     run = start_run(previous, _where(task), time.time(), task.gpus, last_seen)
-    store.write_run(task.trial_id, run)
-    return run
+
+    def write() -> None:
+        if lost:
+            store.record_event(task.trial_id, "retried", None,
+                               f"attempt {previous.get('attempt')} on {previous.get('host')} "
+                               f"(pid {previous.get('pid')}) was lost with its worker or master; "
+                               "running again from its checkpoint")
+        store.write_run(task.trial_id, run)
+
+    return run, write
 
 
 def _where(task: TrialTask) -> dict[str, Any]:
