@@ -30,3 +30,16 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def process_alive(pid: Any) -> bool:
+    """Whether process ``pid`` of this host is alive; True when unknown (not an int)."""
+    if not isinstance(pid, int):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
+from hpo.store._files import process_alive
 
 __all__ = ["MasterLease", "StudyBusy", "LEASE_FILE"]
 
@@ -99,7 +100,7 @@ class MasterLease:
         return True
 
     def _stale(self, held: dict[str, Any]) -> bool:
-        if held.get("host") == socket.gethostname() and not _alive(held.get("pid")):
+        if held.get("host") == socket.gethostname() and not process_alive(held.get("pid")):
             return True  # its master died on this host: no need to wait
         try:
             renewed = self.path.stat().st_mtime
@@ -154,15 +155,3 @@ def _read(path: Path) -> dict[str, Any] | None:
         return json.loads(text)
     except ValueError:
         return {}
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return True  # unknown: rely on the renewals
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from hpo.store._files import process_alive
+
 if TYPE_CHECKING:
     from hpo.store._journal import JournalFile
 
@@ -259,7 +261,7 @@ def clear_dead_relay_lock(path: str) -> bool:
         lock = held["lock"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if held.get("host") == socket.gethostname() and _alive(held.get("pid")):
+    if held.get("host") == socket.gethostname() and process_alive(held.get("pid")):
         return False
     if _lock_identity(path) != lock:
         return False
@@ -276,18 +278,6 @@ def _lock_identity(path: str) -> list[int] | None:
     except OSError:
         return None
     return [info.st_ino, info.st_ctime_ns]
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _frames(buffer: bytearray) -> Iterator[bytes]:
