@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, TrialView
-from hpo.dashboards.figures import completed, spread
+from hpo.dashboards.figures import completed, sample, sampled_note
 from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
 
 __all__ = ["importance", "import_importance", "slices", "contour", "Axis", "axis_of", "MIN_IMPORTANCE_TRIALS"]
@@ -34,7 +34,8 @@ MIN_IMPORTANCE_TRIALS = 4
 MAX_IMPORTANCE_TRIALS = 120
 RESAMPLES = 6
 RESAMPLES_MANY = 3  # beyond 60 trials the spread is small
-MAX_POINTS = 2000
+MAX_SLICE_POINTS = 800  # per panel, SVG
+MAX_CONTOUR_POINTS = 300  # drawn over the contour, which bins every trial
 MAX_SLICES = 12
 MAX_CONTOUR_PARAMS = 5  # their pairs are in the contour's menu
 GRID = 40
@@ -74,9 +75,13 @@ def _axis_layout(axis: Axis) -> dict[str, Any]:
             "autorange": True}
 
 
+def _usable(snap: Snapshot) -> list[TrialView]:
+    """Completed trials with parameters and a finite value, best first."""
+    return [t for t in completed(snap) if t.params and math.isfinite(t.value)]
+
+
 def _sample(snap: Snapshot, limit: int) -> list[TrialView]:
-    done = [t for t in completed(snap) if t.params and math.isfinite(t.value)]
-    return spread(sorted(done, key=lambda t: t.number), limit, keep=done[: limit // 10])
+    return sample(_usable(snap), limit)
 
 
 # ------------------------------------------------------------------ importance
@@ -90,10 +95,10 @@ def importance(snap: Snapshot) -> go.Figure:
     if len(done) < MIN_IMPORTANCE_TRIALS:
         return message_figure(title, f"Parameter importance needs at least {MIN_IMPORTANCE_TRIALS} "
                               f"completed trials; {len(done)} so far.")
-    sample = _sample(snap, MAX_IMPORTANCE_TRIALS)
+    chosen = _sample(snap, MAX_IMPORTANCE_TRIALS)
     try:
-        resamples = RESAMPLES if len(sample) <= 60 else RESAMPLES_MANY
-        runs = [_fanova(sample, snap.direction, seed) for seed in range(resamples)]
+        resamples = RESAMPLES if len(chosen) <= 60 else RESAMPLES_MANY
+        runs = [_fanova(chosen, snap.direction, seed) for seed in range(resamples)]
     except (ValueError, RuntimeError, TypeError, ZeroDivisionError) as exc:
         return message_figure(title, f"Importance cannot be computed for this study: {exc}")
     names = sorted({n for run in runs for n in run}, key=lambda n: np.mean([r.get(n, 0.0) for r in runs]))
@@ -101,7 +106,7 @@ def importance(snap: Snapshot) -> go.Figure:
         return message_figure(title, "No parameter varies among the completed trials.")
     mean = [float(np.mean([r.get(n, 0.0) for r in runs])) for n in names]
     spread_ = [float(np.std([r.get(n, 0.0) for r in runs])) for n in names]
-    used = f"{len(sample)} of {len(done)}" if len(sample) < len(done) else f"{len(done)}"
+    used = f"{len(chosen)} of {len(done)}" if len(chosen) < len(done) else f"{len(done)}"
     caution = "; few trials: read it as a rough hint" if len(done) < 30 else ""
     note = (f"{used} completed trials; bars: mean of {resamples} bootstrap resamples, whiskers: "
             f"one standard deviation{caution}")
@@ -154,7 +159,8 @@ def _fanova(trials: list[TrialView], direction: str, seed: int) -> dict[str, flo
 def slices(snap: Snapshot) -> go.Figure:
     """The metric against each parameter, one panel each, coloured by trial number."""
     title = f"Slices: {plain(snap.metric)} against each parameter"
-    trials = _sample(snap, MAX_POINTS)
+    usable = _usable(snap)
+    trials = sample(usable, MAX_SLICE_POINTS)
     names = snap.param_names[:MAX_SLICES]
     if not trials or not names:
         return message_figure(title, "Needs a completed trial with parameters.")
@@ -181,8 +187,8 @@ def slices(snap: Snapshot) -> go.Figure:
             row=row, col=col)
         fig.update_xaxes(row=row, col=col, **{k: v for k, v in _axis_layout(axis).items() if v is not None})
     fig.update_yaxes(title_text=plain(snap.metric), row=1, col=1)
-    note = f" ({len(trials)} completed trials, best included)"
-    fig.update_layout(base_layout(title + note, height=max(360, 80 + 300 * rows),
+    note = sampled_note(len(trials), len(usable))
+    fig.update_layout(base_layout(title + (f"<br><sup>{note}</sup>" if note else ""), height=max(360, 80 + 300 * rows),
                                   updatemenus=[_y_menu(rows, cols)]))
     return fig
 
@@ -198,20 +204,25 @@ def _y_menu(rows: int, cols: int) -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=4)
 def contour(snap: Snapshot) -> go.Figure:
-    """The metric over two parameters: trials as points over a contour
-    interpolated between them; a menu picks the pair."""
+    """The metric over two parameters: the mean of every completed trial in
+    each cell of a grid, with a sample of the trials (best included) as points
+    over it; a menu picks the pair."""
     title = f"Contour: {plain(snap.metric)} over two parameters"
-    trials = _sample(snap, MAX_POINTS)
+    usable = _usable(snap)
     names = snap.param_names[:MAX_CONTOUR_PARAMS]
-    if len(names) < 2 or len(trials) < 3:
+    if len(names) < 2 or len(usable) < 3:
         return message_figure(title, "Needs two parameters and three completed trials.")
-    values = np.fromiter((t.value for t in trials), float, len(trials))
-    axes = {n: axis_of(snap, n, trials) for n in names}
+    values = np.fromiter((t.value for t in usable), float, len(usable))
+    shown = _sample_index(len(usable), MAX_CONTOUR_POINTS)
+    axes = {n: axis_of(snap, n, usable) for n in names}
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    fig = go.Figure(layout=base_layout(title + f" ({len(trials)} completed trials)", height=560))
+    note = f"colour: mean of the {len(usable)} completed trials in each cell"
+    if len(shown) < len(usable):
+        note += f"; points: {sampled_note(len(shown), len(usable))}"
+    fig = go.Figure(layout=base_layout(f"{title}<br><sup>{note}</sup>", height=560))
     buttons = []
     for k, (a, b) in enumerate(pairs):
-        for trace in _pair_traces(axes[a], axes[b], values, snap, visible=k == 0):
+        for trace in _pair_traces(axes[a], axes[b], values, shown, snap, visible=k == 0):
             fig.add_trace(trace)
         visible = [j // 2 == k for j in range(2 * len(pairs))]
         layout = {"xaxis.title.text": plain(a), "yaxis.title.text": plain(b),
@@ -227,48 +238,63 @@ def contour(snap: Snapshot) -> go.Figure:
     return fig
 
 
-def _pair_traces(x: Axis, y: Axis, values: np.ndarray, snap: Snapshot, visible: bool) -> list:
+def _sample_index(count: int, limit: int) -> np.ndarray:
+    """Indices into a best-first list of ``count``: the best tenth of ``limit``,
+    then evenly spaced others (all when they fit)."""
+    if count <= limit:
+        return np.arange(count)
+    best = max(limit // 10, 1)
+    return np.r_[np.arange(best), np.linspace(best, count - 1, limit - best).astype(int)]
+
+
+def _pair_traces(x: Axis, y: Axis, values: np.ndarray, shown: np.ndarray, snap: Snapshot,
+                 visible: bool) -> list:
     colours = {"colorscale": "Viridis", "reversescale": not snap.maximize}
     traces = []
     grid = _grid(x, y, values)
     if grid is not None:
         gx, gy, gz = grid
         traces.append(go.Contour(x=gx, y=gy, z=gz, visible=visible, showscale=True, opacity=0.85,
-                                 colorbar={"title": {"text": plain(snap.metric)}},
+                                 colorbar={"title": {"text": plain(snap.metric)}}, connectgaps=True,
                                  contours={"coloring": "heatmap"}, line={"width": 0.5},
                                  hoverinfo="skip", **colours))
-    else:  # too few distinct points to interpolate: the points alone
+    else:  # too few distinct points to bin: the points alone
         traces.append(go.Scatter(x=[], y=[], visible=visible, showlegend=False))
     traces.append(go.Scatter(
-        x=x.values, y=y.values, mode="markers", visible=visible, showlegend=False,
-        customdata=values, marker={"size": 7, "color": values, "line": {"width": 1, "color": "#fff"},
-                                   **colours},
+        x=x.values[shown], y=y.values[shown], mode="markers", visible=visible, showlegend=False,
+        customdata=values[shown], marker={"size": 7, "color": values[shown],
+                                          "line": {"width": 1, "color": "#fff"}, **colours},
         hovertemplate="%{x}, %{y}<br>%{customdata:.6g}<extra></extra>"))
     return traces
 
 
-def _grid(x: Axis, y: Axis, values: np.ndarray) -> tuple | None:
-    """A GRID x GRID linear interpolation of the values, in each axis's drawn units."""
-    from scipy.interpolate import griddata  # scikit-learn's dependency; only when drawn
+def _edges(axis: Axis, drawn: np.ndarray) -> np.ndarray | None:
+    """Cell edges in drawn units: one cell per category, else GRID cells."""
+    if axis.kind == "category":
+        return np.arange(len(axis.labels) + 1) - 0.5
+    low, high = drawn.min(), drawn.max()
+    return None if high <= low else np.linspace(low, high, GRID + 1)
 
+
+def _grid(x: Axis, y: Axis, values: np.ndarray) -> tuple | None:
+    """The mean value in each cell, in each axis's drawn units (log10 for a
+    log axis); empty cells are NaN (the contour joins over them)."""
     def drawn(axis: Axis) -> np.ndarray:
         return np.log10(axis.values) if axis.kind == "log" else axis.values
 
     px, py = drawn(x), drawn(y)
     ok = np.isfinite(px) & np.isfinite(py) & np.isfinite(values)
-    if ok.sum() < 3 or np.ptp(px[ok]) == 0 or np.ptp(py[ok]) == 0:
+    if ok.sum() < 3:
         return None
-    lo_x, hi_x, lo_y, hi_y = px[ok].min(), px[ok].max(), py[ok].min(), py[ok].max()
-    sx, sy = np.linspace(lo_x, hi_x, GRID), np.linspace(lo_y, hi_y, GRID)
-    mx, my = np.meshgrid(sx, sy)
-    # Scaled to the unit square so that neither parameter's units dominate.
-    points = np.column_stack([(px[ok] - lo_x) / (hi_x - lo_x), (py[ok] - lo_y) / (hi_y - lo_y)])
-    try:
-        z = griddata(points, values[ok], ((mx - lo_x) / (hi_x - lo_x), (my - lo_y) / (hi_y - lo_y)),
-                     method="linear")
-    except (ValueError, RuntimeError):  # e.g. every point on one line (Qhull refuses)
+    ex, ey = _edges(x, px[ok]), _edges(y, py[ok])
+    if ex is None or ey is None:
         return None
-    if np.isnan(z).all():
+    total, _, _ = np.histogram2d(px[ok], py[ok], bins=(ex, ey), weights=values[ok])
+    count, _, _ = np.histogram2d(px[ok], py[ok], bins=(ex, ey))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (total / count).T  # rows follow y
+    if (count > 0).sum() < 3:
         return None
+    cx, cy = (ex[:-1] + ex[1:]) / 2, (ey[:-1] + ey[1:]) / 2
     back = (lambda v: 10 ** v)
-    return (back(sx) if x.kind == "log" else sx, back(sy) if y.kind == "log" else sy, z)
+    return (back(cx) if x.kind == "log" else cx, back(cy) if y.kind == "log" else cy, z)

@@ -21,6 +21,7 @@ __all__ = ["add_commands"]
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_PORT = 8050
 _PORTS_TRIED = 20
+_VIEWS_LATER_S = 15.0
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -52,7 +53,9 @@ def _dashboard(args: argparse.Namespace) -> int:
     from hpo.dashboards.data import StoreReader
 
     started = time.perf_counter()
-    reader = StoreReader(args.run_dir)  # errors about the run directory come before the server
+    # Errors about the run directory come before the server; the views snapshot
+    # (seconds for a big study) is written once the first page is served.
+    reader = StoreReader(args.run_dir, views_later_s=_VIEWS_LATER_S)
     snap = reader.snapshot()
     print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {args.run_dir} in "
           f"{time.perf_counter() - started:.1f} s", file=sys.stderr)

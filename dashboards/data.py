@@ -134,7 +134,8 @@ class StoreReader:
     several threads.
     """
 
-    def __init__(self, run_dir: str | Path, write_views: bool = True) -> None:
+    def __init__(self, run_dir: str | Path, write_views: bool = True,
+                 views_later_s: float | None = None) -> None:
         self.run_dir = RunDir(Path(run_dir))
         info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
         self.spec: dict[str, Any] = info.get("spec") or {}
@@ -142,6 +143,11 @@ class StoreReader:
         url = self.run_dir.storage_url()
         self._journal = None if "://" in url else url
         self._write_views = write_views and self._journal is not None
+        # None: write the views snapshot inside snapshot(); else in a thread this
+        # many seconds later (the dashboard serves its first view first).
+        self._views_later_s = views_later_s
+        self._pending = False  # a write is scheduled
+        self._writing = False  # ... and under way: readers take the last snapshot meanwhile
         self._lock = threading.Lock()
         self._views: dict[int, tuple[optuna.trial.FrozenTrial, TrialView]] = {}
         # Views of the trials the views snapshot holds (finished there), by number.
@@ -171,13 +177,15 @@ class StoreReader:
 
     def snapshot(self) -> Snapshot:
         """The current snapshot; the cached one when the store has not changed."""
+        if self._writing and self._snapshot is not None:
+            return self._snapshot  # a views snapshot is being written: this one is still right
         with self._lock:
             signature = self.signature()
             if self._snapshot is None or signature != self._signature:
                 with gc_paused():
                     fresh = self._read()
                     if self._views_due():
-                        self._save_views(fresh)
+                        self._views_now_or_later(fresh)
                 # Same content (a database re-read, a touched file): keep the old
                 # snapshot, and with it every view already drawn from it.
                 if self._snapshot is None or fresh.version != self._snapshot.version:
@@ -191,6 +199,24 @@ class StoreReader:
         with self._lock:
             snap = self._snapshot if self._snapshot is not None else self._read()
             return self._journal is not None and self._save_views(snap)
+
+    def _views_now_or_later(self, snap: Snapshot) -> None:
+        if self._views_later_s is None:
+            self._save_views(snap)
+        elif not self._pending:
+            self._pending = True
+            timer = threading.Timer(self._views_later_s, self._save_views_later)
+            timer.daemon = True  # Ctrl-C must not wait for it: the snapshot is optional
+            timer.start()
+
+    def _save_views_later(self) -> None:
+        try:
+            with self._lock, gc_paused():
+                self._writing = True
+                if self._snapshot is not None and self._views_due():
+                    self._save_views(self._snapshot)
+        finally:
+            self._writing = self._pending = False
 
     def _save_views(self, snap: Snapshot) -> bool:
         from hpo.dashboards import view_cache  # it builds on TrialView, defined here

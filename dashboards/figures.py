@@ -2,9 +2,10 @@
 
 Each view is a pure function from a :class:`~hpo.dashboards.data.Snapshot` to
 a Plotly figure, memoised per snapshot (a snapshot is hashed by identity and
-never changes). Large studies are sampled here, server-side: every completed
-trial is in the history (WebGL), at most a few thousand lines are drawn
-elsewhere, always including the best trials.
+never changes). Large studies are sampled here, server-side: at most a few
+thousand points or lines are sent, always including the best trials, and the
+title says how many of how many. Plots are SVG: the browser may render WebGL
+in software, where each WebGL plot costs most of a second before its first point.
 """
 
 from __future__ import annotations
@@ -24,15 +25,18 @@ from hpo.dashboards.style import (
 )
 from hpo.store.records import TrialStatus
 
-__all__ = ["history", "parallel", "curves", "completed", "spread", "log_ticks", "bulk_range",
-           "reported_metrics"]
+__all__ = ["history", "parallel", "curves", "completed", "spread", "sample", "sampled_note",
+           "log_ticks", "bulk_range", "reported_metrics"]
 
-MAX_PARALLEL_LINES = 1000
+MAX_PARALLEL_LINES = 500
+MAX_HISTORY_POINTS = 2000  # completed trials drawn; the best-so-far line is always exact
+MAX_EARLY_POINTS = 1000  # pruned or stopped trials drawn, each
+BEST_SHARE = 10  # a sample keeps the best 1/BEST_SHARE of its room for the best trials
 # A parameter a trial does not have (conditional spaces): a blank tick, not a value.
 INACTIVE = object()
 MAX_CURVES = 300
 MAX_METRICS = 8
-MAX_FAILED_MARKS = 5000
+MAX_FAILED_MARKS = 1000
 
 
 def completed(snap: Snapshot) -> list[TrialView]:
@@ -54,37 +58,56 @@ def spread(items: Sequence[Any], limit: int, keep: Sequence[Any] = ()) -> list[A
     return kept + rest
 
 
+def sample(best_first: Sequence[Any], limit: int) -> list[Any]:
+    """At most ``limit`` of ``best_first`` (ranked): the best tenth of the room,
+    then an even sample of the others by trial number; every one when they fit."""
+    if len(best_first) <= limit:
+        return list(best_first)
+    by_number = sorted(best_first, key=lambda t: t.number)
+    return spread(by_number, limit, keep=best_first[: max(limit // BEST_SHARE, 1)])
+
+
+def sampled_note(shown: int, total: int, what: str = "completed trials") -> str:
+    """What a sampled figure shows, for its title; empty when nothing was left out."""
+    if shown >= total:
+        return ""
+    best = max(shown // BEST_SHARE, 1)
+    return f"showing {shown} of {total} {what}: the best {best} and an even sample of the rest"
+
+
 @functools.lru_cache(maxsize=4)
 def history(snap: Snapshot) -> go.Figure:
-    """Each finished trial's metric by trial number, and the best so far; pruned
-    and stopped trials at the value they ended with, failed ones along the bottom."""
+    """Each finished trial's metric by trial number (sampled: the best always
+    drawn), and the exact best so far; pruned and stopped trials at the value
+    they ended with, failed ones along the bottom."""
     title = f"Optimisation history: {plain(snap.metric)} ({snap.direction})"
-    done = sorted(completed(snap), key=lambda t: t.number)
-    if not done:
+    ranked = completed(snap)
+    if not ranked:
         return message_figure(title, "No completed trial yet: the history appears with the first result.")
+    done = sorted(ranked, key=lambda t: t.number)
     numbers = np.fromiter((t.number for t in done), float, len(done))
     values = np.fromiter((t.value for t in done), float, len(done))
     best = (np.maximum if snap.maximize else np.minimum).accumulate(values)
     changed = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])
-    fig = go.Figure(layout=base_layout(title, xaxis_title="trial", yaxis_title=plain(snap.metric),
+    shown = sample(ranked, MAX_HISTORY_POINTS)
+    note = sampled_note(len(shown), len(ranked))
+    fig = go.Figure(layout=base_layout(title + (f"<br><sup>{note}</sup>" if note else ""),
+                                       xaxis_title="trial", yaxis_title=plain(snap.metric),
                                        updatemenus=[y_scale_menu()]))
-    fig.add_trace(go.Scattergl(
-        x=numbers, y=values, mode="markers", name="completed trial",
-        marker={"size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6},
-        hovertemplate="trial %{x}<br>%{y:.6g}<extra></extra>"))
+    fig.add_trace(_points(shown, "completed trial", {
+        "size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6}, "trial %{x}<br>%{y:.6g}"))
     lowest = float(np.nanmin(values))
     for state in (TrialStatus.PRUNED, TrialStatus.STOPPED):
         early = [t for t in snap.trials if t.state is state and t.value is not None
                  and math.isfinite(t.value)]
         if early:
             word = state.value.lower()
-            ended = np.fromiter((t.value for t in early), float, len(early))
-            lowest = min(lowest, float(ended.min()))
-            fig.add_trace(go.Scattergl(
-                x=np.fromiter((t.number for t in early), float, len(early)), y=ended,
-                mode="markers", name=f"{word} (value when ended)",
-                marker={"size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"},
-                hovertemplate=f"trial %{{x}} ({word})<br>%{{y:.6g}}<extra></extra>"))
+            lowest = min(lowest, min(t.value for t in early))
+            drawn = spread(early, MAX_EARLY_POINTS)
+            of = f", {len(drawn)} of {len(early)}" if len(drawn) < len(early) else ""
+            fig.add_trace(_points(drawn, f"{word} (value when ended{of})", {
+                "size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"},
+                f"trial %{{x}} ({word})<br>%{{y:.6g}}"))
     _failed_rug(fig, snap, lowest)
     fig.add_trace(go.Scatter(
         x=np.r_[numbers[changed], numbers[-1]], y=np.r_[best[changed], best[-1]], mode="lines",
@@ -93,16 +116,27 @@ def history(snap: Snapshot) -> go.Figure:
     return fig
 
 
+def _points(trials: Sequence[TrialView], name: str, marker: dict[str, Any], hover: str) -> go.Scatter:
+    """Trials as markers at (number, value), in number order (SVG: a few thousand at most)."""
+    trials = sorted(trials, key=lambda t: t.number)
+    return go.Scatter(
+        x=np.fromiter((t.number for t in trials), float, len(trials)),
+        y=np.fromiter((t.value for t in trials), float, len(trials)),
+        mode="markers", name=name, marker=marker, hovertemplate=hover + "<extra></extra>")
+
+
 def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
     """Trials without a value (failed, timed out) as marks at the lowest value
     drawn, so that where failures happen shows next to the results."""
     for state in (TrialStatus.FAILED, TrialStatus.TIMEOUT):
-        lost = [t for t in snap.trials if t.state is state][:MAX_FAILED_MARKS]
+        every = [t for t in snap.trials if t.state is state]
+        lost = spread(every, MAX_FAILED_MARKS)
         if lost:
             word = state.value.lower()
-            fig.add_trace(go.Scattergl(
+            of = f", {len(lost)} of {len(every)}" if len(lost) < len(every) else ""
+            fig.add_trace(go.Scatter(
                 x=[t.number for t in lost], y=[at] * len(lost), mode="markers",
-                name=f"{word} (no value)", customdata=[plain(t.error or word, 120) for t in lost],
+                name=f"{word} (no value{of})", customdata=[plain(t.error or word, 120) for t in lost],
                 marker={"size": 8, "color": STATE_COLOURS[state.value], "symbol": "line-ns-open",
                         "line": {"width": 2, "color": STATE_COLOURS[state.value]}},
                 hovertemplate=f"trial %{{x}} {word}<br>%{{customdata}}<extra></extra>"))
@@ -110,26 +144,28 @@ def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
 
 @functools.lru_cache(maxsize=4)
 def parallel(snap: Snapshot) -> go.Figure:
-    """Parameters against the metric, one line per completed trial (sampled);
-    a second trace adds the pruned and stopped trials at the value they ended with."""
+    """Parameters against the metric, one line per completed trial (sampled,
+    the best always drawn); a second trace adds the pruned and stopped trials
+    at the value they ended with."""
     title = "Parallel coordinates: parameters against the metric"
     done = completed(snap)
     if len(done) < 2 or not snap.param_names:
         return message_figure(title, "Needs two completed trials with parameters.")
     early = [t for t in snap.trials if t.state in (TrialStatus.PRUNED, TrialStatus.STOPPED)
              and t.value is not None and math.isfinite(t.value)]
-    lines = spread(sorted(done, key=lambda t: t.number), MAX_PARALLEL_LINES,
-                   keep=done[: MAX_PARALLEL_LINES // 10])
-    fig = go.Figure(layout=base_layout(
-        title + (f" ({len(lines)} of {len(done)} trials, best included)" if len(lines) < len(done)
-                 else ""), margin={"l": 80, "r": 80, "t": 110, "b": 40}))
+    lines = sample(done, MAX_PARALLEL_LINES)
+    note = sampled_note(len(lines), len(done))
+    fig = go.Figure(layout=base_layout(title + (f"<br><sup>{note}</sup>" if note else ""),
+                                       margin={"l": 80, "r": 80, "t": 110, "b": 40}))
     fig.add_trace(_parcoords(snap, lines, "completed trials"))
     if early:
-        more = spread(sorted(early, key=lambda t: t.number), MAX_PARALLEL_LINES - len(lines))
+        more = spread(sorted(early, key=lambda t: t.number), max(MAX_PARALLEL_LINES - len(lines),
+                                                                 MAX_PARALLEL_LINES // 5))
         fig.add_trace(_parcoords(snap, lines + more, "completed, pruned and stopped", visible=False))
+        of = f"{len(more)} of {len(early)}" if len(more) < len(early) else f"{len(early)}"
         fig.update_layout(updatemenus=[menu([
             {"label": "completed", "method": "restyle", "args": [{"visible": [True, False]}]},
-            {"label": f"+ {len(early)} pruned/stopped (value when ended)", "method": "restyle",
+            {"label": f"+ {of} pruned/stopped (value when ended)", "method": "restyle",
              "args": [{"visible": [False, True]}]}])])
     return fig
 
@@ -265,7 +301,7 @@ def _metric_traces(fig: go.Figure, chosen: list[TrialView], best: list[TrialView
         every += points
         if state == TrialStatus.COMPLETE.value:
             core += points
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             x=xs, y=ys, customdata=ids, mode="lines", name=state.lower(), opacity=0.45,
             visible=visible, legendgroup=state,
             line={"color": STATE_COLOURS.get(state, "#999"), "width": 1},
@@ -282,7 +318,7 @@ def _metric_traces(fig: go.Figure, chosen: list[TrialView], best: list[TrialView
     for kind, symbol in (("pruned", "x"), ("stopped", "square")):
         xs, ys, ids = _marks(chosen, metric, kind)
         if xs:
-            fig.add_trace(go.Scattergl(
+            fig.add_trace(go.Scatter(
                 x=xs, y=ys, customdata=ids, mode="markers", name=f"{kind} here", visible=visible,
                 marker={"symbol": symbol, "size": 9, "color": STATE_COLOURS["PRUNED"] if kind == "pruned"
                         else "#333"},

@@ -41,9 +41,24 @@ _FORMAT = {"format": {"specifier": ".6~g"}}
 
 
 def _kind(snap: Snapshot, name: str) -> str:
+    if _declared_numeric((snap.spec.get("space") or {}).get(name)):
+        return "numeric"  # no need to look at every trial (100,000 at start-up)
     values = (t.params[name] for t in snap.trials if name in t.params)
     return "numeric" if all(isinstance(v, Real) and not isinstance(v, bool) for v in values) \
         else "text"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _declared_numeric(declared: Any) -> bool:
+    """Whether the space declares only numbers: a numeric range, or numeric choices."""
+    choices = declared if isinstance(declared, list) else \
+        declared.get("choices") if isinstance(declared, dict) else None
+    if isinstance(choices, list):
+        return bool(choices) and all(map(_is_number, choices))
+    return isinstance(declared, dict) and _is_number(declared.get("low")) and _is_number(declared.get("high"))
 
 
 @functools.lru_cache(maxsize=4)

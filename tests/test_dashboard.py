@@ -547,3 +547,83 @@ def test_report_holds_each_failure_with_its_whole_traceback(rich_study):
     assert "Traceback (most recent call last)" in section and "<script>window" not in section
     for view in VIEWS:
         assert f'id="plot-{view.key}"' in text
+
+
+# ------------------------------------------------------------------ sampling
+
+def _best_numbers(snap, count: int) -> set[int]:
+    return {t.number for t in figures.completed(snap)[:count]}
+
+
+def test_big_studies_send_a_sample_with_the_best_trials_and_say_so(synthetic, monkeypatch):
+    monkeypatch.setattr(figures, "MAX_HISTORY_POINTS", 50)
+    monkeypatch.setattr(figures, "MAX_PARALLEL_LINES", 40)
+    monkeypatch.setattr(analysis, "MAX_SLICE_POINTS", 30)
+    monkeypatch.setattr(analysis, "MAX_CONTOUR_POINTS", 20)
+    snap = load_snapshot(synthetic)  # a new snapshot: nothing memoised
+    total = len(figures.completed(snap))
+    assert total > 100
+
+    history = figures.history(snap)
+    points = history.data[0]
+    assert len(points.x) == 50
+    assert _best_numbers(snap, 5) <= set(int(x) for x in points.x)
+    assert f"showing 50 of {total} completed trials" in history.layout.title.text
+    best_line = next(t for t in history.data if t.name == "best so far")
+    best = figures.completed(snap)[0]
+    assert best.value in list(best_line.y)  # the best-so-far line stays exact
+
+    parallel = figures.parallel(snap)
+    metric = parallel.data[0].dimensions[-1].values
+    assert len(metric) == 40
+    assert max(metric) == best.value if snap.maximize else min(metric) == best.value
+    assert f"showing 40 of {total} completed trials" in parallel.layout.title.text
+
+    slices = analysis.slices(snap)
+    assert {len(t.x) for t in slices.data} == {30}
+    assert set(_best_numbers(snap, 3)) <= set(int(n) for n in slices.data[0].customdata)
+    assert f"showing 30 of" in slices.layout.title.text
+
+    contour = analysis.contour(snap)
+    dots = [t for t in contour.data if t.type == "scatter" and t.visible][0]
+    assert len(dots.x) == 20 and best.value in list(dots.customdata)
+    assert f"mean of the {total} completed trials" in contour.layout.title.text
+
+
+def test_small_studies_send_every_trial(rich_study):
+    snap = load_snapshot(rich_study)
+    total = len(figures.completed(snap))
+    history = figures.history(snap)
+    assert len(history.data[0].x) == total
+    assert "showing" not in history.layout.title.text
+    parallel = figures.parallel(snap)
+    assert len(parallel.data[0].dimensions[-1].values) == total
+    assert "showing" not in parallel.layout.title.text
+    assert "showing" not in analysis.slices(snap).layout.title.text
+
+
+def test_sample_keeps_the_best_and_spreads_the_rest():
+    class T:
+        def __init__(self, number: int) -> None:
+            self.number = number
+
+    ranked = [T(n) for n in range(1000)][::-1]  # best first: the highest numbers
+    chosen = figures.sample(ranked, 100)
+    assert len(chosen) == 100
+    assert {t.number for t in ranked[:10]} <= {t.number for t in chosen}
+    assert min(t.number for t in chosen) < 50  # the rest spans the study, not just its end
+    assert figures.sample(ranked[:30], 100) == ranked[:30]
+
+
+def test_the_dashboard_writes_its_views_snapshot_after_serving(tmp_path, monkeypatch):
+    import hpo.dashboards.data as data
+
+    monkeypatch.setattr(data, "VIEWS_EVERY", 50)
+    run_dir = write_study(tmp_path / "syn", 120, workers=3, seed=2)
+    reader = StoreReader(run_dir, views_later_s=0.2)
+    reader.snapshot()
+    assert not (run_dir / "journal.log.views").exists()  # not before the first view
+    deadline = time.monotonic() + 30
+    while not (run_dir / "journal.log.views").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (run_dir / "journal.log.views").is_file()
