@@ -28,7 +28,7 @@ from hpo.store.records import (
 
 __all__ = ["StudyStore", "open_storage", "open_study_store"]
 
-# How stale a worker's view of the study's stop and contender may be (seconds).
+# How stale a worker's view of the study's stop may be (seconds).
 _FRESH_S = 0.2
 
 
@@ -154,13 +154,11 @@ class StudyStore:
         # A journal takes both records in one append (one fsync, one relay round).
         # The storage does not replay the journal here: the next read does, and
         # raises there as Optuna would have here for a trial finished meanwhile.
-        worker = storage._replay_result.worker_id
-        logs = [{"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker,
-                 "trial_id": trial_id, "system_attr": {report_key(step): metrics}}]
+        logs = [_journal_log(storage, JournalOperation.SET_TRIAL_SYSTEM_ATTR, trial_id,
+                             system_attr={report_key(step): metrics})]
         if metric in metrics:
-            logs.insert(0, {"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-                            "worker_id": worker, "trial_id": trial_id, "step": step,
-                            "intermediate_value": metrics[metric]})
+            logs.insert(0, _journal_log(storage, JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+                                        trial_id, step=step, intermediate_value=metrics[metric]))
         storage._backend.append_logs(logs)
 
     def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> None:
@@ -198,13 +196,11 @@ class StudyStore:
     @staticmethod
     def _finish_in_one_append(storage: optuna.storages.JournalStorage, trial_id: int,
                               status: TrialStatus, values: list[float] | None, run: RunRecord) -> bool:
-        worker = storage._replay_result.worker_id
         ended = datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")
-        logs = [{"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker,
-                 "trial_id": trial_id, "system_attr": {RUN_ATTR: run}},
-                {"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker,
-                 "trial_id": trial_id, "state": status.stored_as, "values": values,
-                 "datetime_complete": ended}]
+        logs = [_journal_log(storage, JournalOperation.SET_TRIAL_SYSTEM_ATTR, trial_id,
+                             system_attr={RUN_ATTR: run}),
+                _journal_log(storage, JournalOperation.SET_TRIAL_STATE_VALUES, trial_id,
+                             state=status.stored_as, values=values, datetime_complete=ended)]
         # Under the storage's lock: another thread's replay would take these
         # records as foreign and swallow the refusal this one must see.
         with storage._thread_lock:
@@ -235,3 +231,11 @@ class StudyStore:
         except optuna.exceptions.UpdateFinishedTrialError:
             return  # the worker finished it meanwhile: its record wins
         self.finish(trial_id, status, None)
+
+
+def _journal_log(storage: optuna.storages.JournalStorage, op: JournalOperation, trial_id: int,
+                 **fields: Any) -> dict[str, Any]:
+    """One record on ``trial_id`` as Optuna's JournalStorage writes it, issued by
+    this thread's worker id (so its replay refuses it as Optuna would)."""
+    return {"op_code": op, "worker_id": storage._replay_result.worker_id, "trial_id": trial_id,
+            **fields}
