@@ -8,7 +8,6 @@ the server, so the browser receives one page of rows.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from typing import Any
@@ -28,8 +27,10 @@ _GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
-    """The dashboard of the study ``reader`` reads."""
-    snap = reader.snapshot()
+    """The dashboard of the study ``reader`` reads. The page's frame comes from
+    the study's settings, so it is served while the store is still being read;
+    the callbacks that fill it wait for the read."""
+    snap = reader.outline()
     app = dash.Dash(__name__, title=f"hpo: {snap.name}", update_title=None,
                     serve_locally=True)  # no CDN: compute clusters have no internet
     table = dash_table.DataTable(
@@ -72,6 +73,7 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         board,
         picker,
         dcc.Loading(html.Div(id="view"), delay_show=300),
+        html.Div(id="preload", style={"display": "none"}),
     ])
     _wire(app, reader)
     return app
@@ -99,6 +101,13 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         return [html.P(view.what, className="what"),
                 dcc.Graph(id=f"graph-{view.key}", figure=figure, config=_GRAPH_CONFIG)], \
             hidden, hidden
+
+    @app.callback(Output("preload", "children"), Input("leaderboard", "derived_viewport_data"),
+                  State("preload", "children"), prevent_initial_call=True)
+    def _preload(shown: list | None, done: Any):
+        # Dash fetches Plotly's 4 MB script with the first graph on the page: a
+        # hidden one, once the first rows are drawn, spares the first view that wait.
+        return dash.no_update if done or not shown else dcc.Graph(id="preload-plotly")
 
     @app.callback(Output("tabs", "value"), Output("trial-number", "value"),
                   Input("leaderboard", "active_cell"), prevent_initial_call=True)
@@ -186,8 +195,4 @@ def serve(app: dash.Dash, host: str, port: int) -> None:
     warmer = threading.Timer(_WARM_UP_AFTER_S, import_importance)
     warmer.daemon = True
     warmer.start()
-    # The store just read (millions of objects for 100,000 trials) lives as long
-    # as the server: keep the cyclic collector from rescanning it, which took
-    # seconds at a time in the middle of drawing a view.
-    gc.freeze()
     app.run(host=host, port=port, debug=False)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from hpo.errors import UsageError
@@ -49,25 +52,48 @@ def _dashboard(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: not a port.\n  fix: pass a number from 1 to 65535")
     if args.refresh_s <= 0:
         raise UsageError(f"--refresh-s {args.refresh_s}: must be positive.\n  fix: e.g. --refresh-s 5")
-    from hpo.dashboards.app import make_app, serve
-    from hpo.dashboards.data import StoreReader
+    from hpo.dashboards.app import make_app
+    from hpo.dashboards.data import StoreReader, gc_paused
 
     started = time.perf_counter()
-    # Errors about the run directory come before the server; the views snapshot
-    # (seconds for a big study) is written once the first page is served.
-    reader = StoreReader(args.run_dir, views_later_s=_VIEWS_LATER_S)
-    snap = reader.snapshot()
-    print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {args.run_dir} in "
-          f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+    # Errors about the run directory come before the server. The store is read
+    # while the server already serves the page, so a browser loads Dash's and
+    # Plotly's scripts meanwhile (a second for a big study); the views snapshot
+    # is written once the first page is served.
+    reader = StoreReader(args.run_dir, views_later_s=_VIEWS_LATER_S, read_now=False)
     if args.host not in _LOOPBACK:
         print(f"hpo dashboard: listening on {args.host}: anyone who can reach this port sees the "
               "study (there is no login); prefer an SSH tunnel to 127.0.0.1", file=sys.stderr)
     port = _port(args.host, args.port)
     app = make_app(reader, refresh_s=args.refresh_s)
+    failed: list[BaseException] = []
+    server = threading.Thread(target=_serving, args=(app, args.host, port, failed),
+                              name="hpo-dashboard", daemon=True)
+    server.start()
     print(f"hpo dashboard: open http://{_url_host(args.host)}:{port}/ (Ctrl-C to stop)",
           file=sys.stderr, flush=True)
-    serve(app, args.host, port)
+    # The store read (millions of objects for 100,000 trials) lives as long as
+    # the server: frozen before the cyclic collector is back, which would scan
+    # them all at once (half a second), and again in the middle of drawing a view.
+    with gc_paused():
+        snap = reader.snapshot()  # a damaged store: the error, exit 2, the server goes with us
+        gc.freeze()
+    print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {args.run_dir} in "
+          f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+    server.join()
+    if failed:
+        raise failed[0]
     return 0
+
+
+def _serving(app: Any, host: str, port: int, failed: list[BaseException]) -> None:
+    """Serve in this thread; an error ends the command from the main thread."""
+    from hpo.dashboards.app import serve
+
+    try:
+        serve(app, host, port)
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        failed.append(exc)
 
 
 def _port(host: str, asked: int | None) -> int:

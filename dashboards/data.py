@@ -135,7 +135,7 @@ class StoreReader:
     """
 
     def __init__(self, run_dir: str | Path, write_views: bool = True,
-                 views_later_s: float | None = None) -> None:
+                 views_later_s: float | None = None, read_now: bool = True) -> None:
         self.run_dir = RunDir(Path(run_dir))
         info = self.run_dir.read()  # UsageError naming the fix when this is no run directory
         self.spec: dict[str, Any] = info.get("spec") or {}
@@ -153,10 +153,19 @@ class StoreReader:
         # Views of the trials the views snapshot holds (finished there), by number.
         self._finished: dict[int, TrialView] = {}
         self._views_at = 0  # the journal record the views snapshot stands at
-        with gc_paused():
-            self._store = self._open()
+        # read_now=False: the store is read by the first snapshot() (the
+        # dashboard serves its page meanwhile; callbacks wait for the read).
+        self._store: StudyStore | None = None
+        if read_now:
+            self._opened()
         self._snapshot: Snapshot | None = None
         self._signature: tuple | None = None
+
+    def _opened(self) -> StudyStore:
+        if self._store is None:
+            with gc_paused():
+                self._store = self._open()
+        return self._store
 
     def _open(self) -> StudyStore:
         """The store read-only, from the views snapshot when one matches."""
@@ -180,6 +189,7 @@ class StoreReader:
         if self._writing and self._snapshot is not None:
             return self._snapshot  # a views snapshot is being written: this one is still right
         with self._lock:
+            self._opened()
             signature = self.signature()
             if self._snapshot is None or signature != self._signature:
                 with gc_paused():
@@ -197,6 +207,7 @@ class StoreReader:
         """Write the views snapshot of the store as read now; False when it
         could not be written (a database store, a read-only directory)."""
         with self._lock:
+            self._opened()
             snap = self._snapshot if self._snapshot is not None else self._read()
             return self._journal is not None and self._save_views(snap)
 
@@ -232,22 +243,32 @@ class StoreReader:
         total, _ = records_read(self._store.storage)
         return self._write_views and total - self._views_at >= max(VIEWS_EVERY, self._views_at // 2)
 
+    def outline(self) -> Snapshot:
+        """The study as its settings describe it, with no trial: what the page's
+        frame (title, tabs, columns) needs, known before the store is read."""
+        metrics = _metrics_of(self.spec)
+        return self._snapshot_of([], metrics[0].get("direction", "maximize"), None)
+
     def _read(self) -> Snapshot:
-        store, spec = self._store, self.spec
+        store = self._store
         # A trial's number is its place in the study; a placeholder stands for
         # a finished trial whose view came with the views snapshot.
         views = [self._finished[n] if is_placeholder(t) else self._view(t)
                  for n, t in enumerate(store.trials())]
+        return self._snapshot_of(views, "maximize" if store.maximize else "minimize", store.stop())
+
+    def _snapshot_of(self, views: list[TrialView], direction: str,
+                     stop: dict[str, Any] | None) -> Snapshot:
+        spec = self.spec
         metrics = _metrics_of(spec)
         return Snapshot(
             run_dir=str(self.run_dir.path), name=spec.get("name", self.run_dir.path.name),
             metric=metrics[0].get("name", "value"),
             objectives=tuple((m["name"], m.get("direction", "maximize")) for m in metrics)
             if len(metrics) > 1 else (),
-            direction="maximize" if store.maximize else "minimize",
-            trials=tuple(views), taken_at=time.time(),
+            direction=direction, trials=tuple(views), taken_at=time.time(),
             slots=(spec.get("search") or {}).get("parallel"),
-            stop=store.stop(), version=_version(views), spec=spec,
+            stop=stop, version=_version(views), spec=spec,
         )
 
     def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:

@@ -43,9 +43,9 @@ _FORMAT = {"format": {"specifier": ".6~g"}}
 def _kind(snap: Snapshot, name: str) -> str:
     if _declared_numeric((snap.spec.get("space") or {}).get(name)):
         return "numeric"  # no need to look at every trial (100,000 at start-up)
-    values = (t.params[name] for t in snap.trials if name in t.params)
-    return "numeric" if all(isinstance(v, Real) and not isinstance(v, bool) for v in values) \
-        else "text"
+    values = [t.params[name] for t in snap.trials if name in t.params]
+    # No value yet (the page's frame, before the store is read): as declared.
+    return "numeric" if values and all(_is_number(v) for v in values) else "text"
 
 
 def _is_number(value: Any) -> bool:
@@ -71,15 +71,21 @@ def rows(snap: Snapshot) -> tuple[dict[str, Any], ...]:
 def page_rows(snap: Snapshot, start: int, stop: int) -> list[dict[str, Any]]:
     """Rows ``start`` to ``stop`` in rank order, built alone: the first page of
     an unsorted, unfiltered table needs no other row."""
-    row = _row_maker(snap)
-    return [row(t) for t in snap.ranked[start:stop]]
+    shown = snap.ranked[start:stop]
+    if snap.objectives:  # Pareto ranks: the whole front decides them
+        rank_of = ranks(snap)
+    else:  # a rank is a place in the ranking: no need to number 100,000 trials
+        rank_of = {t.number: r for i, t in enumerate(shown, start)
+                   if (r := snap.result.rank_of(i, t)) is not None}
+    row = _row_maker(snap, rank_of)
+    return [row(t) for t in shown]
 
 
-def _row_maker(snap: Snapshot):
+def _row_maker(snap: Snapshot, rank_of: dict[int, int] | None = None):
     names = snap.param_names
     params_at = 4 + max(0, len(snap.objectives) - 1)  # after the objectives' columns
     numeric = {n: c["type"] == "numeric" for n, c in zip(names, columns(snap)[params_at:])}
-    rank_of = ranks(snap)
+    rank_of = ranks(snap) if rank_of is None else rank_of
 
     def row(t: TrialView) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -435,6 +435,38 @@ def test_the_dashboard_says_its_url_once_and_stops_quietly(grid):
     assert "Serving Flask" not in err + out and "interrupted" not in err and "Traceback" not in err
 
 
+def test_the_page_frame_is_built_before_the_store_is_read(grid):
+    """hpo dashboard serves the page while it reads the store: title, tabs and
+    columns come from the study's settings alone."""
+    from hpo.dashboards.app import make_app
+
+    reader = StoreReader(grid, read_now=False)
+    app = make_app(reader)
+    assert reader._store is None  # nothing read yet
+    frame = {c["name"]: c["type"] for c in leaderboard.columns(reader.outline())}
+    read = {c["name"]: c["type"] for c in leaderboard.columns(reader.snapshot())}
+    assert frame == read  # the columns the first page brings are those of the frame
+    assert app.title == "hpo: grid"
+
+
+def test_a_damaged_store_ends_the_dashboard_with_the_fix_after_its_url(grid, tmp_path):
+    run_dir = tmp_path / "grid"
+    shutil.copytree(grid, run_dir)
+    journal = run_dir / "journal.log"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:5]) + b"garbage\n" + b"".join(lines[5:]))
+    proc = hpo_cli("dashboard", run_dir, "--port", str(_free_port()))
+    assert proc.returncode == 2, proc.stderr
+    assert "damaged at byte" in proc.stderr and "fix: hpo repair" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_without_a_port_the_dashboard_takes_the_next_free_one():
     with socket.socket() as held:
         try:
