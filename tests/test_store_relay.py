@@ -24,6 +24,7 @@ import pytest
 import hpo
 from hpo.store import StudyStore, open_storage
 from hpo.store._journal import JournalFile
+from hpo.store.records import RUN_ATTR
 from hpo.store._relay import (
     RELAY_MARK, JournalRelay, RelayClient, clear_dead_relay_lock, serve_journal, split_relay,
 )
@@ -264,3 +265,29 @@ def test_a_live_relay_keeps_its_lock(journal):
         finally:
             stop.set()
             writer.join()
+
+
+def test_the_first_end_of_a_trial_wins_and_a_later_one_is_refused_without_an_error(journal):
+    """Threads of one process end trials at once, each trial twice: one end
+    wins, the other hears False, and no reader of the process sees an error."""
+    with serve_journal(str(journal)) as url:
+        study = optuna.create_study(study_name="s", storage=open_storage(url))
+        store = StudyStore.of(study)
+        ids = [store.trial_id(study.ask()) for _ in range(16)]
+        won: dict[tuple[int, float], bool] = {}
+
+        def end(trial_id: int, value: float) -> None:
+            won[trial_id, value] = store.finish(trial_id, hpo.TrialStatus.COMPLETE, value,
+                                                run={"ended_by": value})
+        threads = [threading.Thread(target=end, args=(i, v)) for i in ids for v in (1.0, 2.0)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(t.state.is_finished() for t in store.trials())  # a read raises nothing
+    fresh = StudyStore(open_storage(str(journal)), "s")
+    for trial_id in ids:
+        winner = [v for v in (1.0, 2.0) if won[trial_id, v]]
+        assert len(winner) == 1, won
+        stored = fresh.trial(trial_id)
+        assert stored.values == winner and stored.system_attrs[RUN_ATTR] == {"ended_by": winner[0]}

@@ -170,13 +170,13 @@ def test_the_start_record_is_written_while_the_objective_runs(tmp_path):
 
 def test_a_start_record_that_cannot_be_written_fails_the_task(tmp_path, monkeypatch):
     task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
-    write_run = StudyStore.write_run
+    note = StudyStore.note
 
-    def failing_once(self, trial_id, run):
-        monkeypatch.setattr(StudyStore, "write_run", write_run)
+    def failing_once(self, trial_id, key, value):
+        monkeypatch.setattr(StudyStore, "note", note)
         raise OSError("disk full")
 
-    monkeypatch.setattr(StudyStore, "write_run", failing_once)
+    monkeypatch.setattr(StudyStore, "note", failing_once)
     with pytest.raises(OSError, match="disk full"):  # the engine's failure, as before the objective ran
         run_trial(task)
     assert TrialStatus.of(fresh(task)) is TrialStatus.PENDING

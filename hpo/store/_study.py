@@ -142,6 +142,19 @@ class StudyStore:
         """One ``hpo`` attribute of a trial (records.py), in one write."""
         self.storage.set_trial_system_attr(trial_id, key, value)
 
+    def note(self, trial_id: int, key: str, value: Any) -> None:
+        """Like :meth:`write`, for what a worker writes beside a running trial
+        (its start record, heartbeats): on a journal the append waits for no
+        other thread of this process, and a note on a trial that ended
+        meanwhile is dropped without an error, as a finished trial never changes."""
+        storage = self.storage
+        if not isinstance(storage, optuna.storages.JournalStorage):
+            self.write(trial_id, key, value)
+            return
+        storage._backend.append_logs([_journal_log(
+            storage, JournalOperation.SET_TRIAL_SYSTEM_ATTR, trial_id, system_attr={key: value},
+            worker_id=_unchecked(storage))])
+
     def report(self, trial_id: int, step: int, metrics: dict[str, float], metric: str) -> None:
         """One step's metrics; the study's metric also as Optuna's intermediate
         value, which pruners and samplers read. Durable when it returns."""
@@ -168,7 +181,7 @@ class StudyStore:
 
     def beat(self, trial_id: int) -> None:
         """The trial's worker is alive now."""
-        self.write(trial_id, HEARTBEAT_ATTR, time.time())
+        self.note(trial_id, HEARTBEAT_ATTR, time.time())
 
     def abandon(self, trial_id: int) -> None:
         """A master that stops gives a running trial up: the next master resumes
@@ -197,21 +210,27 @@ class StudyStore:
     def _finish_in_one_append(storage: optuna.storages.JournalStorage, trial_id: int,
                               status: TrialStatus, values: list[float] | None, run: RunRecord) -> bool:
         ended = datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")
-        logs = [_journal_log(storage, JournalOperation.SET_TRIAL_SYSTEM_ATTR, trial_id,
-                             system_attr={RUN_ATTR: run}),
-                _journal_log(storage, JournalOperation.SET_TRIAL_STATE_VALUES, trial_id,
-                             state=status.stored_as, values=values, datetime_complete=ended)]
-        # Under the storage's lock: another thread's replay would take these
-        # records as foreign and swallow the refusal this one must see.
-        with storage._thread_lock:
-            storage._backend.append_logs(logs)
-            refused = False
-            while True:  # each refused record stops a replay: go on past both
-                try:
-                    storage._sync_with_backend()
-                    return not refused
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    refused = True
+        # Written as no storage's own records, Optuna's replay drops them without
+        # an error if the trial had ended, rather than raise that in whichever
+        # thread of this process reads next; so the append holds no lock (the
+        # hundreds of trials of a worker process that end at once do not queue
+        # behind each other's round trips), and the read after it says whether
+        # this end is the one stored.
+        unchecked = _unchecked(storage)
+        storage._backend.append_logs([
+            _journal_log(storage, JournalOperation.SET_TRIAL_SYSTEM_ATTR, trial_id,
+                         system_attr={RUN_ATTR: run}, worker_id=unchecked),
+            _journal_log(storage, JournalOperation.SET_TRIAL_STATE_VALUES, trial_id,
+                         state=status.stored_as, values=values, datetime_complete=ended,
+                         worker_id=unchecked)])
+        # As the replay stores it: local time, naive.
+        mine = datetime.fromisoformat(ended).astimezone().replace(tzinfo=None)
+        # Another thread's read may have replayed this end already (trials of a
+        # worker process end together): then no need to queue for a read.
+        stored = storage._replay_result._trials.get(trial_id)
+        if stored is None or not stored.state.is_finished():
+            stored = storage.get_trial(trial_id)
+        return stored.state == status.stored_as and stored.datetime_complete == mine
 
     def end_without_result(self, trial_id: int, reason: str, message: str) -> None:
         """End a trial no worker finished: "cancelled" (the study stopped before
@@ -234,8 +253,15 @@ class StudyStore:
 
 
 def _journal_log(storage: optuna.storages.JournalStorage, op: JournalOperation, trial_id: int,
-                 **fields: Any) -> dict[str, Any]:
+                 worker_id: str | None = None, **fields: Any) -> dict[str, Any]:
     """One record on ``trial_id`` as Optuna's JournalStorage writes it, issued by
-    this thread's worker id (so its replay refuses it as Optuna would)."""
-    return {"op_code": op, "worker_id": storage._replay_result.worker_id, "trial_id": trial_id,
-            **fields}
+    this process's worker id (so its replay refuses it as Optuna would) unless
+    another is given."""
+    return {"op_code": op, "worker_id": worker_id or storage._replay_result.worker_id,
+            "trial_id": trial_id, **fields}
+
+
+def _unchecked(storage: optuna.storages.JournalStorage) -> str:
+    """A worker id no storage has: Optuna's replay refuses such a record on an
+    ended trial without raising, in every process (its own records raise)."""
+    return f"{storage._replay_result.worker_id}+hpo"

@@ -29,7 +29,7 @@ import optuna
 
 from hpo.store import RunDir, StudyStore, open_study_store
 from hpo.store.records import (
-    RunRecord, TrialStatus, end_run, grouped_attrs, last_sign_of_life, run_of,
+    RUN_ATTR, RunRecord, TrialStatus, end_run, grouped_attrs, last_sign_of_life, run_of,
     segment_key, segment_record, start_run, status_of,
 )
 from hpo.trial._cpus import CpuBinding, bind_cpus, thread_environment
@@ -381,7 +381,7 @@ def _start_record(store: StudyStore, task: TrialTask,
                                f"attempt {previous.get('attempt')} on {previous.get('host')} "
                                f"(pid {previous.get('pid')}) was lost with its worker or master; "
                                "running again from its checkpoint")
-        store.write_run(task.trial_id, run)
+        store.note(task.trial_id, RUN_ATTR, run)
 
     return run, write
 
