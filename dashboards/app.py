@@ -73,7 +73,6 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         board,
         picker,
         dcc.Loading(html.Div(id="view"), delay_show=300),
-        html.Div(id="preload", style={"display": "none"}),
     ])
     _wire(app, reader)
     return app
@@ -101,13 +100,6 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         return [html.P(view.what, className="what"),
                 dcc.Graph(id=f"graph-{view.key}", figure=figure, config=_GRAPH_CONFIG)], \
             hidden, hidden
-
-    @app.callback(Output("preload", "children"), Input("leaderboard", "derived_viewport_data"),
-                  State("preload", "children"), prevent_initial_call=True)
-    def _preload(shown: list | None, done: Any):
-        # Dash fetches Plotly's 4 MB script with the first graph on the page: a
-        # hidden one, once the first rows are drawn, spares the first view that wait.
-        return dash.no_update if done or not shown else dcc.Graph(id="preload-plotly")
 
     @app.callback(Output("tabs", "value"), Output("trial-number", "value"),
                   Input("leaderboard", "active_cell"), prevent_initial_call=True)
@@ -174,9 +166,17 @@ def warm_up() -> None:
     import_importance()
 
 
-# optuna.importance takes a second to import: after the first page is drawn,
-# not before (the importance view imports it itself if asked for sooner).
+# optuna.importance takes a second to import (holding the interpreter): this
+# long after the store is read, once the first page is drawn, not before
+# (the importance view imports it itself if asked for sooner).
 _WARM_UP_AFTER_S = 3.0
+
+
+def warm_up_later() -> None:
+    """Import what the importance view needs, in the background, a little later."""
+    warmer = threading.Timer(_WARM_UP_AFTER_S, import_importance)
+    warmer.daemon = True
+    warmer.start()
 
 
 def serve(app: dash.Dash, host: str, port: int) -> None:
@@ -192,7 +192,4 @@ def serve(app: dash.Dash, host: str, port: int) -> None:
     from _plotly_utils.optional_imports import get_module
 
     get_module("pandas")  # cheap, and every figure asks
-    warmer = threading.Timer(_WARM_UP_AFTER_S, import_importance)
-    warmer.daemon = True
-    warmer.start()
     app.run(host=host, port=port, debug=False)

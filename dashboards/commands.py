@@ -52,7 +52,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: not a port.\n  fix: pass a number from 1 to 65535")
     if args.refresh_s <= 0:
         raise UsageError(f"--refresh-s {args.refresh_s}: must be positive.\n  fix: e.g. --refresh-s 5")
-    from hpo.dashboards.app import make_app
+    from hpo.dashboards.app import make_app, warm_up_later
     from hpo.dashboards.data import StoreReader, gc_paused
 
     started = time.perf_counter()
@@ -80,6 +80,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         gc.freeze()
     print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {args.run_dir} in "
           f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+    warm_up_later()
     server.join()
     if failed:
         raise failed[0]
