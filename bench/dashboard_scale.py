@@ -41,6 +41,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import optuna
 
@@ -177,21 +178,11 @@ def browser_round(run_dir: Path) -> dict[str, float]:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         with without_snapshots(run_dir):
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            start = time.perf_counter()
-            proc, url = _start_dashboard(run_dir)
-            try:
-                _first_view(page, proc, url)
-                times["cold start to first view, no snapshot"] = time.perf_counter() - start
-            finally:
-                _stop(proc)
+            page, proc, times["cold start to first view, no snapshot"] = _cold_start(browser, run_dir)
+            _stop(proc)
             page.close()
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        start = time.perf_counter()
-        proc, url = _start_dashboard(run_dir)
+        page, proc, times["cold start to first view (snapshots)"] = _cold_start(browser, run_dir)
         try:
-            _first_view(page, proc, url)
-            times["cold start to first view (snapshots)"] = time.perf_counter() - start
             start = time.perf_counter()
             page.reload()
             page.wait_for_selector('td[data-dash-column="trial"]', timeout=120_000)
@@ -209,6 +200,20 @@ def browser_round(run_dir: Path) -> dict[str, float]:
             _stop(proc)
         browser.close()
     return times
+
+
+def _cold_start(browser, run_dir: Path) -> tuple[Any, subprocess.Popen, float]:
+    """A new page on a fresh ``hpo dashboard``: the page, the process, and the
+    seconds from starting the process until its first view was drawn."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    start = time.perf_counter()
+    proc, url = _start_dashboard(run_dir)
+    try:
+        _first_view(page, proc, url)
+    except BaseException:
+        _stop(proc)
+        raise
+    return page, proc, time.perf_counter() - start
 
 
 def _peak_mb(pid: int) -> float:
