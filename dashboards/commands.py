@@ -14,8 +14,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from hpo.errors import UsageError
 
