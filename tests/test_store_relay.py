@@ -24,7 +24,7 @@ import pytest
 import hpo
 from hpo.store import StudyStore, open_storage
 from hpo.store._journal import JournalFile
-from hpo.store.records import RUN_ATTR
+from hpo.store.records import HEARTBEAT_ATTR, RUN_ATTR
 from hpo.store._relay import (
     RELAY_MARK, JournalRelay, RelayClient, clear_dead_relay_lock, serve_journal, split_relay,
 )
@@ -291,3 +291,20 @@ def test_the_first_end_of_a_trial_wins_and_a_later_one_is_refused_without_an_err
         assert len(winner) == 1, won
         stored = fresh.trial(trial_id)
         assert stored.values == winner and stored.system_attrs[RUN_ATTR] == {"ended_by": winner[0]}
+
+
+def test_a_heartbeat_or_start_record_on_an_ended_trial_is_dropped_without_an_error(journal):
+    """A worker may beat once more for a trial the master ended meanwhile: the
+    note is dropped, the trial's stored record stays, and no read raises."""
+    with serve_journal(str(journal)) as url:
+        study = optuna.create_study(study_name="s", storage=open_storage(url))
+        store = StudyStore.of(study)
+        trial_id = store.trial_id(study.ask())
+        assert store.finish(trial_id, hpo.TrialStatus.COMPLETE, 1.0, run={"ended_by": "worker"})
+        store.beat(trial_id)
+        store.note(trial_id, RUN_ATTR, {"started_by": "late worker"})
+        stored = store.trial(trial_id)  # a read after the notes raises nothing
+    assert stored.system_attrs[RUN_ATTR] == {"ended_by": "worker"}
+    fresh = StudyStore(open_storage(str(journal)), "s").trial(trial_id)
+    assert fresh.system_attrs[RUN_ATTR] == {"ended_by": "worker"} and fresh.values == [1.0]
+    assert HEARTBEAT_ATTR not in fresh.system_attrs
