@@ -29,6 +29,7 @@ from typing import Any, Callable, NoReturn
 
 from optuna.distributions import BaseDistribution
 
+from hpo.allocation._shape import Amount, TrialShape, check_shape, parse_amount, sample_configs
 from hpo.errors import SpaceError, closest
 from hpo import registry
 from hpo.space._conditions import check_conditions, is_active, ordered, unnest
@@ -39,7 +40,7 @@ from hpo.space._params import (
 
 __all__ = [
     "ALGORITHMS", "SAMPLERS", "DIRECTIONS", "PRUNERS", "POLICIES", "DEFAULT_OBJECTIVE",
-    "Metric", "SearchSettings", "Resources", "Retries", "EarlyStopping", "Scheduling",
+    "Metric", "SearchSettings", "Resources", "Retries", "EarlyStopping", "Scheduling", "Allocation",
     "StudySpec", "load_spec", "parse_spec",
 ]
 
@@ -52,7 +53,7 @@ DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
 
 _TOP_KEYS = (
     "name", "objective", "metric", "search", "resources",
-    "retries", "early_stopping", "scheduling", "fixed", "space",
+    "retries", "early_stopping", "scheduling", "allocation", "fixed", "space",
 )
 _SEARCH_KEYS = ("algorithm", "sampler", "max_trials", "parallel", "seed", "timeout_s")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -87,12 +88,42 @@ class SearchSettings:
 
 @dataclass(frozen=True)
 class Resources:
-    """What one trial needs from a worker."""
+    """What one trial needs: numbers, or :class:`~hpo.allocation.Amount`
+    expressions of the configuration's parameters (see :meth:`shape`)."""
 
-    cpus: int = 1
-    gpus: int = 0
-    memory_gb: float | None = None
+    cpus: int | Amount = 1
+    gpus: float | Amount = 0
+    memory_gb: float | Amount | None = None
+    nodes: int | Amount = 1
     time_limit_s: float | None = None
+
+    @property
+    def varies(self) -> bool:
+        """Whether trials of the study differ in shape."""
+        return any(isinstance(getattr(self, k), Amount) for k in _AMOUNTS)
+
+    def shape(self, config: dict[str, Any]) -> TrialShape:
+        """The shape of the trial of ``config``; ValueError when it is not one."""
+        amounts = {k: _amount(getattr(self, k), config) for k in _AMOUNTS}
+        return check_shape(**amounts, time_limit_s=self.time_limit_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {k: getattr(self, k) for k in (*_AMOUNTS, "time_limit_s")}
+        return {k: str(v) if isinstance(v, Amount) else v for k, v in values.items()}
+
+
+_AMOUNTS = ("cpus", "gpus", "memory_gb", "nodes")
+
+
+def _amount_text(key: str, value: Any) -> str:
+    if isinstance(value, Amount):
+        return f"{key} = {value}"
+    return {"cpus": f"{value} cpu(s)", "gpus": f"{value:g} gpu(s)", "memory_gb": f"{value:g} GB",
+            "nodes": f"{value} nodes"}[key]
+
+
+def _amount(value: Any, config: dict[str, Any]) -> Any:
+    return value.value(config) if isinstance(value, Amount) else value
 
 
 @dataclass(frozen=True)
@@ -125,6 +156,36 @@ class Scheduling:
     milestones: tuple[float | str, ...] = ()
 
 
+ALLOCATIONS = ("fifo", "longest_first", "rate")
+PLACEMENTS = ("any", "speed")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """How trials get their GPUs. ``policy``: ``fifo`` (each trial its
+    configured shape, in order), ``longest_first`` (the cost model's longest
+    trials first) or ``rate`` (FLEET: GPU counts from measured training rates,
+    so trials started together finish together). ``placement: speed`` gives
+    the fastest GPUs to the trials that gain most. ``cost_model`` names a
+    function returning :class:`hpo.allocation.ModelCost` for a configuration
+    (default: the objective module's ``cost``, when it has one).
+    ``time_limit_factor`` sets each trial's time limit to that many times its
+    predicted time; ``gpu_memory_gb`` is what a GPU holds, for refusing
+    configurations the model says will not fit (default: nvidia-smi's figure)."""
+
+    policy: str = "fifo"
+    placement: str = "any"
+    cost_model: str | None = None
+    profile_batches: int = 48
+    time_limit_factor: float | None = None
+    gpu_memory_gb: float | None = None
+
+    @property
+    def planned(self) -> bool:
+        """Whether the master plans starts beyond the configured shapes."""
+        return self.policy != "fifo" or self.placement != "any"
+
+
 @dataclass(frozen=True)
 class Retries:
     """Two kinds of retry. ``objective``: more runs of a trial whose objective
@@ -151,10 +212,7 @@ _SEARCH: dict[str, _Check] = {
     "seed": partial(as_int, minimum=0, maximum=2**32 - 1),
     "timeout_s": _positive,
 }
-_RESOURCES: dict[str, _Check] = {
-    "cpus": partial(as_int, minimum=1), "gpus": partial(as_int, minimum=0),
-    "memory_gb": _positive, "time_limit_s": _positive,
-}
+_RESOURCE_KEYS = ("cpus", "gpus", "memory_gb", "nodes", "time_limit_s")
 _EARLY_STOPPING: dict[str, _Check] = {
     "pruner": partial(as_choice, options=PRUNERS), "min_steps": partial(as_int, minimum=0),
     "patience": partial(as_int, minimum=1), "min_delta": as_number,
@@ -164,6 +222,21 @@ _EARLY_STOPPING: dict[str, _Check] = {
 _RETRIES: dict[str, _Check] = {
     "objective": partial(as_int, minimum=0), "engine": partial(as_int, minimum=0),
 }
+
+
+_ALLOCATION: dict[str, _Check] = {
+    "policy": partial(as_choice, options=ALLOCATIONS),
+    "placement": partial(as_choice, options=PLACEMENTS),
+    "cost_model": lambda value, at: _objective(value, at),
+    "profile_batches": partial(as_int, minimum=2, maximum=10_000),
+    "time_limit_factor": _positive, "gpu_memory_gb": _positive,
+}
+
+
+def _allocation(value: object, at: Loc) -> Allocation:
+    if isinstance(value, str):
+        return Allocation(policy=as_choice(value, at, ALLOCATIONS))
+    return _section(Allocation, value, at, _ALLOCATION)
 
 
 def _retries(value: object, at: Loc) -> Retries:
@@ -248,6 +321,7 @@ class StudySpec:
     fixed: dict[str, Any]
     params: dict[str, Param]
     scheduling: Scheduling = Scheduling()
+    allocation: Allocation = Allocation()
     source: str = field(default="<dict>", compare=False)
     #: Every objective when "metric" is a list; ``metric`` is then the first.
     objectives: tuple[Metric, ...] = ()
@@ -275,6 +349,15 @@ class StudySpec:
     def grid(self) -> Grid:
         """The lazy grid over all parameters; SpaceError if one is a continuous range."""
         return Grid(self.params)
+
+    def shape_of(self, config: dict[str, Any]) -> TrialShape:
+        """The resources the trial of ``config`` runs on."""
+        return self.resources.shape(config)
+
+    @property
+    def shape_bounds(self) -> tuple[TrialShape, TrialShape]:
+        """The smallest and the largest trial shape, amount by amount."""
+        return shape_bounds(self)
 
     @property
     def grid_size(self) -> int | None:
@@ -317,10 +400,11 @@ class StudySpec:
             "objective": self.objective,
             "metric": [asdict(m) for m in self.objectives] if self.objectives else asdict(self.metric),
             "search": asdict(self.search),
-            "resources": asdict(self.resources),
+            "resources": self.resources.to_dict(),
             "retries": asdict(self.retries),
             "early_stopping": asdict(self.early_stopping),
             "scheduling": {**asdict(self.scheduling), "milestones": list(self.scheduling.milestones)},
+            "allocation": asdict(self.allocation),
             "fixed": copy.deepcopy(self.fixed),
             "space": {name: param.to_dict() for name, param in self.params.items()},
         }
@@ -359,9 +443,8 @@ class StudySpec:
             search_line += f", seed {search.seed}"
         if search.timeout_s is not None:
             search_line += f", timeout {search.timeout_s:g} s"
-        resources = f"{res.cpus} cpu(s), {res.gpus} gpu(s)"
-        if res.memory_gb is not None:
-            resources += f", {res.memory_gb:g} GB"
+        resources = ", ".join(_amount_text(k, getattr(res, k)) for k in _AMOUNTS
+                              if getattr(res, k) is not None and (k != "nodes" or res.nodes != 1))
         if res.time_limit_s is not None:
             resources += f", time limit {res.time_limit_s:g} s"
         pruning = stop.pruner + (f" after {stop.min_steps} steps" if stop.pruner != "none" else "")
@@ -387,6 +470,10 @@ class StudySpec:
             f"pruning     {pruning}",
             f"scheduling  {scheduling}",
         ]
+        alloc = self.allocation
+        if alloc.planned:
+            lines.append(f"allocation  {alloc.policy}, placement {alloc.placement}"
+                         + (f", cost model {alloc.cost_model}" if alloc.cost_model else ""))
         if self.fixed:
             lines.append("fixed       " + ", ".join(f"{k}={v!r}" for k, v in self.fixed.items()))
         lines.append(f"parameters  {len(self.params)}")
@@ -478,12 +565,14 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         objective=get("objective", _objective, DEFAULT_OBJECTIVE),
         metric=metrics[0],
         search=_search(top.get("search"), root / "search"),
-        resources=_section(Resources, top.get("resources"), root / "resources", _RESOURCES),
+        resources=_resources(top.get("resources"), root / "resources", params),
         retries=get("retries", _retries, Retries()),
         early_stopping=_section(
             EarlyStopping, top.get("early_stopping"), root / "early_stopping", _EARLY_STOPPING
         ),
         scheduling=_scheduling(top.get("scheduling"), root / "scheduling"),
+        allocation=_allocation(top.get("allocation"), root / "allocation") if top.get("allocation")
+        is not None else Allocation(),
         fixed=_fixed(top.get("fixed"), root / "fixed", params),
         params=params,
         source=source,
@@ -535,6 +624,68 @@ def _flat_space(data: dict[str, Any], root: Loc) -> dict[str, Param]:
                 "for ranges and constants",
             )
     return _space(data, root)
+
+
+def _resources(value: object, at: Loc, params: dict[str, Param]) -> Resources:
+    """The ``resources`` section: each amount a number, or a parameter's name
+    or an expression of parameters, checked over the values they can take."""
+    if value is None:
+        return Resources()
+    given = {k: v for k, v in as_object(value, at, _RESOURCE_KEYS).items() if v is not None}
+    known = {name for name, param in params.items() if not param.when}
+    amounts: dict[str, Any] = {}
+    for key, item in given.items():
+        if key == "time_limit_s":
+            amounts[key] = _positive(item, at / key)
+        elif isinstance(item, str):
+            try:
+                amounts[key] = parse_amount(item, known)
+            except ValueError as exc:
+                (at / key).fail(str(exc), f'name a parameter that every configuration has (one of: '
+                                f'{", ".join(sorted(known)) or "none"}), e.g. "{key}": "{key}"')
+        elif isinstance(item, bool) or not isinstance(item, (int, float)):
+            (at / key).expected(
+                "a number, a parameter's name or an expression", item, f'e.g. "{key}": 1')
+        else:
+            amounts[key] = item
+    resources = Resources(**amounts)
+    for config in _shape_samples(resources, params):
+        try:
+            resources.shape(config)
+        except (ValueError, ZeroDivisionError, TypeError) as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in config.items())
+            fix = ("change the amount or the parameter's values so that every configuration "
+                   "gets a valid shape") if shown else "write a valid amount, e.g. 1"
+            (at / _culprit(exc)).fail(f"{exc}" + (f" (for {shown})" if shown else ""), fix)
+    return resources
+
+
+def _culprit(exc: Exception) -> str:
+    text = str(exc)
+    return next((k for k in _RESOURCE_KEYS if text.startswith(k)), "gpus")
+
+
+def _shape_samples(resources: Resources, params: dict[str, Param]) -> list[dict[str, Any]]:
+    """Configurations spanning the values the resources' parameters take."""
+    names = sorted({n for k in _AMOUNTS for n in getattr(getattr(resources, k), "names", ())})
+    return sample_configs({n: _values_of(params[n]) for n in names})
+
+
+def _values_of(param: Param) -> list[Any]:
+    if param.is_finite:
+        return list(param.grid_values())
+    return [param.low, (param.low + param.high) / 2, param.high]
+
+
+def shape_bounds(spec: "StudySpec") -> tuple[TrialShape, TrialShape]:
+    """The smallest and the largest trial of ``spec``, amount by amount."""
+    shapes = [spec.resources.shape(c) for c in _shape_samples(spec.resources, spec.params)]
+    def pick(f):
+        return TrialShape(
+            cpus=f(s.cpus for s in shapes), gpus=f(s.gpus for s in shapes),
+            memory_gb=f((s.memory_gb for s in shapes if s.memory_gb), default=None),
+            nodes=f(s.nodes for s in shapes), time_limit_s=spec.resources.time_limit_s)
+    return pick(min), pick(max)
 
 
 def _section(cls: type, value: object, at: Loc, checks: dict[str, _Check]) -> Any:
