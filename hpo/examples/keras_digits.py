@@ -8,6 +8,9 @@ Config keys (all optional): ``optimizer`` ("adam", "sgd", "rmsprop", any
 case), ``learning_rate`` (1e-3), ``units`` (64), ``num_epochs`` (10),
 ``batch_size`` (32), ``dropout`` (0.0), ``seed`` (0).
 
+:func:`cost` describes a configuration to the cost model of
+:mod:`hpo.allocation._cost` (time per step, memory).
+
 Returns the metrics of the best epoch (highest ``val_accuracy``, the first
 one on ties): ``{"val_accuracy", "val_loss", "accuracy", "loss"}``.
 """
@@ -23,10 +26,11 @@ from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 
+from hpo.allocation._cost import Layer, ModelCost  # noqa: E402
 from hpo.examples._data import load_digits_split  # noqa: E402
 from hpo.examples._training import epochs_from, fit  # noqa: E402
 
-__all__ = ["train", "build_model"]
+__all__ = ["train", "build_model", "cost"]
 
 def build_model(units: int = 64, dropout: float = 0.0) -> keras.Model:
     """Dense(units, relu) -> Dropout -> Dense(10, softmax) on 64 inputs."""
@@ -47,3 +51,24 @@ def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
     return fit(model, load_digits_split(), trial, optimizer=config.get("optimizer", "adam"),
                learning_rate=config.get("learning_rate", 1e-3), epochs=epochs_from(config, 10),
                batch_size=config.get("batch_size", 32))
+
+
+def cost(config: dict[str, Any]) -> ModelCost:
+    """The cost model's view of ``build_model`` trained as ``train`` trains it.
+
+    Layer sizes are per sample; times are left for ``profile_keras`` to measure.
+    """
+    units, dropout = int(config.get("units", 64)), float(config.get("dropout", 0.0))
+    (x_train, _), (x_val, _) = load_digits_split()
+    inputs, classes = x_train.shape[1], 10
+    layers = (
+        Layer(inputs, units, inputs * units + units, "dense",
+              (("units", units), ("activation", "relu"))),
+        Layer(units, units, 0, "dropout", (("rate", dropout),)),
+        Layer(units, classes, units * classes + classes, "dense",
+              (("units", classes), ("activation", "softmax"))),
+    )
+    return ModelCost(layers, samples=len(x_train), batch_size=int(config.get("batch_size", 32)),
+                     epochs=epochs_from(config, 10), validation_samples=len(x_val),
+                     optimizer=str(config.get("optimizer", "adam")).lower(),
+                     loss="sparse_categorical_crossentropy", metrics=("accuracy",))
