@@ -42,7 +42,35 @@ from typing import Any
 
 import keras
 
-__all__ = ["HpoCallback"]
+__all__ = ["HpoCallback", "limit_gpu_memory"]
+
+
+def limit_gpu_memory() -> None:
+    """Keep TensorFlow within the trial's share of its GPU when trials share
+    one (``HPO_GPU_MEMORY_FRACTION``, set by hpo for ``"gpus": 0.25``). Call it
+    before the first model is built; without GPUs it does nothing."""
+    import os
+
+    share = float(os.environ.get("HPO_GPU_MEMORY_FRACTION") or 1.0)
+    if share >= 1.0:
+        return
+    import subprocess
+
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                          "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
+                         capture_output=True, text=True, timeout=30).stdout
+    total_mb = float(out.split()[0]) if out.strip() else 0.0
+    for gpu in gpus:
+        if total_mb:
+            tf.config.set_logical_device_configuration(
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(total_mb * share))])
+        else:
+            tf.config.experimental.set_memory_growth(gpu, True)
 
 
 class HpoCallback(keras.callbacks.Callback):
@@ -56,12 +84,17 @@ class HpoCallback(keras.callbacks.Callback):
     monitor_prefix:
         If given, only the metrics whose name starts with it are reported
         (``"val_"`` reports the validation metrics only). ``None`` reports all.
+    batch_size:
+        The batch size ``fit`` uses: the trial's profile then gives its
+        training rate in samples per second (``trial.batch``).
     """
 
-    def __init__(self, trial: Any, monitor_prefix: str | None = None) -> None:
+    def __init__(self, trial: Any, monitor_prefix: str | None = None,
+                 batch_size: int | None = None) -> None:
         super().__init__()
         self.trial = trial
         self.monitor_prefix = monitor_prefix
+        self.batch_size = batch_size  # the profile then measures samples/s, else batches/s
         checkpoint_dir = getattr(trial, "checkpoint_dir", None)
         # Weights, optimizer state and the epoch counter, saved every epoch and
         # kept after fit returns: a suspended or retried trial resumes exactly.
@@ -81,6 +114,11 @@ class HpoCallback(keras.callbacks.Callback):
     def _timer(self, kind: str) -> Any:
         timer = getattr(self.trial, "checkpoint_timer", None)  # the scheduler sizes quanta by it
         return timer(kind) if timer else contextlib.nullcontext()
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        timer = getattr(self.trial, "batch", None)  # times the first batches (rate allocation)
+        if timer is not None:
+            timer(self.batch_size)
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         metrics: dict[str, float] = {}

@@ -11,7 +11,9 @@ from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 
-from hpo.keras import HpoCallback  # noqa: E402
+from hpo.keras import HpoCallback, limit_gpu_memory  # noqa: E402
+
+limit_gpu_memory()  # before any model is built: trials sharing a GPU share its memory
 
 __all__ = ["fit", "make_optimizer", "best_epoch", "epochs_from"]
 
@@ -30,7 +32,7 @@ def fit(model: keras.Model, data, trial: Any, *, optimizer: str, learning_rate: 
     model.compile(optimizer=make_optimizer(optimizer, learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=epochs,
-              batch_size=int(batch_size), callbacks=[HpoCallback(trial)], verbose=0)
+              batch_size=int(batch_size), callbacks=[HpoCallback(trial, batch_size=int(batch_size))], verbose=0)
     return best_epoch(trial.reports)
 
 

@@ -13,12 +13,28 @@ import math
 import time
 from typing import Any
 
-__all__ = ["sleep", "quadratic", "curve", "flaky", "fail", "nan", "slow"]
+__all__ = ["sleep", "devices", "quadratic", "curve", "flaky", "fail", "nan", "slow"]
 
 
 def sleep(config: dict[str, Any], trial: Any) -> dict[str, float]:
     """Sleep ``sleep_s`` seconds (0.1) and return ``{"value": x}`` (x defaults to 0)."""
     time.sleep(float(config.get("sleep_s", 0.1)))
+    return {"value": float(config.get("x", 0))}
+
+
+def devices(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    """Sleep ``sleep_s`` (0.3) and write what the trial's process was given
+    (``CUDA_VISIBLE_DEVICES``, its GPU memory share, its hosts, when it ran)
+    to ``seen.json`` in its checkpoint directory; returns ``{"value": x}``."""
+    import json
+    import os
+
+    started = time.time()
+    time.sleep(float(config.get("sleep_s", 0.3)))
+    seen = {"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "HPO_GPU_MEMORY_FRACTION": os.environ.get("HPO_GPU_MEMORY_FRACTION"),
+            "hosts": trial.hosts, "gpus": trial.gpus, "started": started, "ended": time.time()}
+    (trial.checkpoint_dir / "seen.json").write_text(json.dumps(seen))
     return {"value": float(config.get("x", 0))}
 
 

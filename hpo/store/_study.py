@@ -22,7 +22,7 @@ from optuna.storages.journal._storage import JournalOperation
 from hpo.store._journal import JournalFile
 from hpo.store._relay import split_relay
 from hpo.store.records import (
-    CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
+    CONTENDER_ATTR, ENDED_BY_ATTR, RESIZE_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
     event_key, event_record, report_key, run_of,
 )
 
@@ -126,6 +126,22 @@ class StudyStore:
     def set_contender(self, value: float | None) -> None:
         stored = None if value is None else (str(value) if math.isinf(value) else value)
         self.storage.set_study_user_attr(self.study_id, CONTENDER_ATTR, stored)
+
+    def resize_for(self, trial_id: int) -> int | None:
+        """The GPU count the master asks a running trial to grow to (it then
+        checkpoints and suspends, and resumes on them), or None."""
+        value = (self._study_attrs().get(RESIZE_ATTR) or {}).get(str(trial_id))
+        return int(value) if value is not None else None
+
+    def set_resize(self, trial_id: int, gpus: int | None) -> None:
+        """Ask trial ``trial_id`` to grow to ``gpus`` GPUs (None: withdraw it)."""
+        asked = dict(self.storage.get_study_user_attrs(self.study_id).get(RESIZE_ATTR) or {})
+        if gpus is None:
+            asked.pop(str(trial_id), None)
+        else:
+            asked[str(trial_id)] = gpus
+        self.storage.set_study_user_attr(self.study_id, RESIZE_ATTR, asked)
+        self._attrs = None
 
     def create_trial(self, params: dict[str, Any],
                      distributions: dict[str, optuna.distributions.BaseDistribution]) -> tuple[int, int]:

@@ -59,16 +59,20 @@ from typing import Any, NamedTuple, TypedDict
 import optuna
 
 __all__ = [
-    "RUN_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
-    "CONTENDER_ATTR",
+    "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
+    "CONTENDER_ATTR", "RESIZE_ATTR",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
-    "attr_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
+    "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
     "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
     "segment_key", "cost_of", "study_cost", "RETRIED",
 ]
 
 RUN_ATTR = "hpo:run"
+# The training rate measured on a GPU count ("hpo:profile:2"), and each change
+# of the trial's allocation by the master ("hpo:alloc:000"), with its reason.
+PROFILE_ATTR = "hpo:profile:"
+ALLOCATION_ATTR = "hpo:alloc:"
 REPORT_ATTR = "hpo:report:"
 SEGMENT_ATTR = "hpo:segment:"
 EVENT_ATTR = "hpo:event:"
@@ -76,8 +80,9 @@ HEARTBEAT_ATTR = "hpo:heartbeat"
 ENDED_BY_ATTR = "hpo:ended_by"
 STOP_ATTR = "hpo:stop"
 CONTENDER_ATTR = "hpo:contender"
+RESIZE_ATTR = "hpo:resize"  # study: trial id -> the GPU count the master grows it to
 EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "unresumable",
-               "interrupted", "cancelled")
+               "interrupted", "cancelled", "allocated")
 
 
 class TrialStatus(str, enum.Enum):
@@ -263,6 +268,19 @@ def grouped_attrs(trial: optuna.trial.FrozenTrial) -> TrialAttrs:
     reports.sort(key=lambda item: item[0])
     return TrialAttrs(reports, [v for _, v in sorted(events, key=lambda item: item[0])],
                       [v for _, v in sorted(segments, key=lambda item: item[0])])
+
+
+def profiles_of(trial: optuna.trial.FrozenTrial) -> dict[float, dict[str, Any]]:
+    """The trial's measured training rates, by the GPU count they were measured on."""
+    attrs = chain(trial.user_attrs.items(), trial.system_attrs.items())
+    return {float(k[len(PROFILE_ATTR):]): v for k, v in attrs
+            if k.startswith(PROFILE_ATTR) and isinstance(v, dict)}
+
+
+def allocations_of(trial: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
+    """Every allocation the master gave the trial, in order, with its reason."""
+    attrs = {**trial.user_attrs, **trial.system_attrs}
+    return [attrs[k] for k in sorted(attrs) if k.startswith(ALLOCATION_ATTR)]
 
 
 def run_of(trial: optuna.trial.FrozenTrial) -> RunRecord:

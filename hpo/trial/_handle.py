@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,10 +17,14 @@ from typing import Any
 import optuna
 
 from hpo.store import StudyStore, write_atomically
+from hpo.store.records import PROFILE_ATTR
 from hpo.trial._local_stop import suspend_requested
 from hpo.trial._quantum import QuantumClock
 
 __all__ = ["Trial"]
+
+# FLEET averages the last 20 of at most 48 profiled batches.
+_AVERAGED = 20
 
 
 @dataclass
@@ -38,6 +43,8 @@ class _StoreLink:
     direction: str = "maximize"
     # Time-shared scheduling: when this run may yield its slot; None: run to the end.
     quantum: QuantumClock | None = None
+    # Rate allocation: the master may grow the trial onto more GPUs from its checkpoint.
+    resizable: bool = False
     _reported: int = 0
 
     def report(self, step: int, metrics: dict[str, float], earlier_last: int | None = None) -> None:
@@ -71,6 +78,12 @@ class _StoreLink:
         if stop:
             self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
             return f"stopped: {stop['reason']}"
+        if self.resizable:
+            grown = self.store.resize_for(self.trial_id)
+            if grown is not None:
+                self.record("suspended", step, f"the rate allocation grows it to {grown} GPU(s); "
+                            "checkpointed, resumes on them")
+                return "suspended"
         if self.pruner and self.pruner.prune(self._study, self.store.trial(self.trial_id)):
             self.record("pruned", step, self._why_pruned(reports))
             return "pruned"
@@ -87,6 +100,9 @@ class _StoreLink:
 
     def record(self, kind: str, step: int | None, reason: str) -> None:
         self.store.record_event(self.trial_id, kind, step, reason)
+
+    def record_profile(self, profile: dict[str, Any]) -> None:
+        self.store.note(self.trial_id, f"{PROFILE_ATTR}{profile['gpu_count']:g}", profile)
 
     def _stalled(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """Why the trial should stop for lack of progress, if it should."""
@@ -135,6 +151,15 @@ class Trial:
         its last checkpoint there.
     cpus, gpus:
         What the engine assigned: a CPU count and the GPU ids.
+    hosts:
+        The trial's nodes in rank order (one for a one-node trial): start
+        ``MultiWorkerMirroredStrategy`` or ``torch.distributed`` from them.
+    gpu_share:
+        The share of each GPU the trial may use (1.0 unless GPUs are shared);
+        also in ``HPO_GPU_MEMORY_FRACTION`` for frameworks' memory limits.
+    profile_batches:
+        How many first batches :meth:`batch` times before recording the
+        training rate (FLEET: 48, the last 20 averaged); 0: none.
 
     ``reports`` holds every report of the trial, including those of earlier
     segments or attempts when the trial resumes.
@@ -161,6 +186,9 @@ class Trial:
         cpus: int = 1,
         gpus: list[str] | None = None,
         reports: list[tuple[int, dict[str, float]]] | None = None,
+        hosts: list[str] | None = None,
+        gpu_share: float = 1.0,
+        profile_batches: int = 0,
         _link: _StoreLink | None = None,
     ) -> None:
         self.number = number
@@ -171,7 +199,50 @@ class Trial:
         self.reports: list[tuple[int, dict[str, float]]] = list(reports or [])
         self._earlier_last = self.reports[-1][0] if self.reports else None
         self.stop_reason: str | None = None
+        self.hosts = list(hosts or [socket.gethostname()])
+        self.gpu_share = gpu_share
+        self.profile_batches = profile_batches
+        self.profile: dict[str, Any] | None = None
+        self._batch_ends: list[float] = []
         self._link = _link
+
+    @property
+    def rank(self) -> int:
+        """This process's place among the trial's nodes (0: the one hpo started)."""
+        return 0
+
+    def batch(self, samples: int | None = None) -> None:
+        """Call after each training batch of ``samples`` samples: the first
+        ``profile_batches`` are timed and the training rate is recorded (the
+        rate allocation extrapolates it to other GPU counts). Cheap after that.
+        ``hpo.keras.HpoCallback`` calls it for Keras models."""
+        if self.profile is not None or not self.profile_batches:
+            return
+        self._batch_ends.append(time.perf_counter())
+        self._samples = samples
+        if len(self._batch_ends) > self.profile_batches:  # that many durations timed
+            self._record_profile()
+
+    def _record_profile(self) -> None:
+        """Record the rate of the batches timed so far (a trial shorter than
+        its profile is profiled on what it ran)."""
+        ends, samples = self._batch_ends, getattr(self, "_samples", None)
+        if self.profile is not None or len(ends) < 2:
+            return
+        last = [b - a for a, b in zip(ends, ends[1:])][-_AVERAGED:]
+        per_batch = max(sum(last) / len(last), 1e-9)
+        self.profile = {"batches": len(ends) - 1, "averaged": len(last), "batch_s": per_batch,
+                        "rate": (samples or 1) / per_batch,
+                        "unit": "samples/s" if samples else "batches/s",
+                        "gpus": self.gpus, "gpu_share": self.gpu_share, "at": time.time(),
+                        # when its first batch ended: from its start, what a restart costs
+                        "first_batch_at": time.time() - (time.perf_counter() - ends[0]),
+                        "gpu_count": self.gpu_share if self.gpu_share < 1 else len(self.gpus)}
+        if self._link:
+            try:
+                self._link.record_profile(self.profile)
+            except Exception:  # advisory (the allocation falls back on its model): never the trial's end
+                pass
 
     def report(self, step: int, **metrics: float) -> None:
         """Record the metrics of one step (an epoch, an iteration) durably.

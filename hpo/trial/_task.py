@@ -41,6 +41,7 @@ from hpo.trial._objective import Objective, resolve_objective
 from hpo.trial._quantum import QuantumClock
 
 if TYPE_CHECKING:
+    from hpo.allocation import Placement, TrialShape
     from hpo.space import StudySpec
 
 __all__ = ["TrialTask", "TrialOutcome", "TaskInterrupted", "run_trial", "open_trial",
@@ -62,8 +63,23 @@ class TrialTask:
     # Every objective's metric, in order, in a multi-objective study; else empty.
     objectives: tuple[str, ...] = ()
     cpus: int = 1
-    gpus: int = 0
+    gpus: float = 0  # whole GPUs, or a share of one (0.25)
     time_limit_s: float | None = None
+    nodes: int = 1
+    memory_gb: float | None = None
+    # Where the master placed it, on engines that let it choose (else the
+    # engine's own binding, e.g. COMPSs's CUDA_VISIBLE_DEVICES, holds): its GPU
+    # ids, the hosts of its nodes in rank order, its share of each GPU and
+    # the relative speed of its slowest one.
+    devices: tuple[str, ...] | None = None
+    hosts: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()  # the engine's addresses of those nodes
+    gpu_share: float = 1.0
+    device_speed: float | None = None
+    # Time this many first batches (trial.batch()) and record the training rate.
+    profile_batches: int = 0
+    # Rate allocation: the master may grow it onto more GPUs (it suspends, checkpointed).
+    resizable: bool = False
     # The space's early_stopping settings (pruner name, patience...).
     early_stopping: dict[str, Any] | None = None
     pruner: optuna.pruners.BasePruner | None = None
@@ -85,12 +101,16 @@ class TrialTask:
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
                   trial_id: int, params: dict[str, Any], *, quantum: QuantumRule | None = None,
                   after_segment: int = -1, objective: str | Objective | None = None,
-                  pruner: optuna.pruners.BasePruner | None = None) -> "TrialTask":
+                  pruner: optuna.pruners.BasePruner | None = None,
+                  shape: "TrialShape | None" = None, placement: "Placement | None" = None,
+                  profile_batches: int = 0, resizable: bool = False) -> "TrialTask":
         """The task of trial ``number`` of the study ``spec`` (``objective`` and
-        ``pruner`` replace the space's when given)."""
+        ``pruner`` replace the space's when given), of ``shape`` (default: the
+        one its configuration asks for), on ``placement`` when the master chose it."""
         from hpo.pruning import make_pruner
 
-        resources, stop = spec.resources, spec.early_stopping
+        stop = spec.early_stopping
+        shape = shape or spec.shape_of({**spec.fixed, **params})
         settings = asdict(stop)
         if pruner is not None:
             settings["pruner"] = type(pruner).__name__  # named so in the reason of a prune
@@ -99,12 +119,19 @@ class TrialTask:
             config={**spec.fixed, **params}, objective=objective or spec.objective,
             metric=spec.metric.name, checkpoint_dir=str(run_dir.checkpoint_dir(number)),
             objectives=tuple(m.name for m in spec.metrics) if spec.multi_objective else (),
-            cpus=resources.cpus, gpus=resources.gpus, time_limit_s=resources.time_limit_s,
+            cpus=shape.cpus, gpus=shape.gpus, time_limit_s=shape.time_limit_s,
+            nodes=shape.nodes, memory_gb=shape.memory_gb,
+            devices=placement.devices if placement else None,
+            hosts=placement.hosts if placement else (),
+            workers=tuple(w for w in placement.workers if w) if placement else (),
+            gpu_share=shape.gpus if shape.shared else 1.0,
+            device_speed=placement.speed if placement else None,
+            profile_batches=profile_batches, resizable=resizable,
             early_stopping=settings,
             pruner=pruner if pruner is not None else make_pruner(settings),
             direction=spec.metric.direction, quantum=quantum,
             after_segment=after_segment, retries=spec.retries.objective,
-            isolate=resources.time_limit_s is not None or resources.gpus > 0,
+            isolate=shape.time_limit_s is not None or shape.gpus > 0,
         )
 
     def open_store(self) -> StudyStore:
@@ -354,7 +381,7 @@ def _retry_record(store: StudyStore, task: TrialTask, run: RunRecord, result: "_
     store.record_event(task.trial_id, "retried", None,
                        f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
                        f"{error.get('message')}); retrying from its checkpoint")
-    following = start_run(ended, _where(task), time.time(), task.gpus)
+    following = start_run(ended, _where(task), time.time(), _gpu_total(task))
     store.write_run(task.trial_id, following)
     return following
 
@@ -373,7 +400,7 @@ def _start_record(store: StudyStore, task: TrialTask,
     if lost:
         previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
     last_seen = (last_sign_of_life(stored) or previous.get("segment_started_at")) if lost else None
-    run = start_run(previous, _where(task), time.time(), task.gpus, last_seen)
+    run = start_run(previous, _where(task), time.time(), _gpu_total(task), last_seen)
 
     def write() -> None:
         if lost:
@@ -387,19 +414,47 @@ def _start_record(store: StudyStore, task: TrialTask,
 
 
 def _where(task: TrialTask) -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "cpus": task.cpus,
-            "gpus": _assigned_gpus(task), "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
+    where = {"host": socket.gethostname(), "pid": os.getpid(), "cpus": task.cpus,
+             "gpus": _assigned_gpus(task), "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
+    if task.gpus or task.nodes > 1:  # its shape, as the dashboard shows it
+        where.update(gpu_count=task.gpus, nodes=task.nodes, hosts=list(task.hosts) or None,
+                     gpu_share=task.gpu_share, device_speed=task.device_speed)
+    return where
+
+
+def _gpu_total(task: TrialTask) -> float:
+    """GPUs the trial holds over all its nodes: what its time costs."""
+    return task.gpus * task.nodes
 
 
 def _end_record(run: RunRecord, result: "_Result", task: TrialTask, suspended: bool) -> RunRecord:
-    return end_run(run, time.time(), task.gpus, metrics=result.metrics, error=result.error,
+    return end_run(run, time.time(), _gpu_total(task), metrics=result.metrics, error=result.error,
                    stop_reason=result.stop_reason, timed_out=result.timed_out, suspended=suspended,
                    binding=result.binding)
+
+
+def device_environment(task: TrialTask) -> dict[str, str]:
+    """What tells the trial's process its GPUs and nodes: the master's
+    placement, where it chose one (COMPSs sets CUDA_VISIBLE_DEVICES itself)."""
+    env: dict[str, str] = {}
+    if task.devices is not None and task.gpus > 0:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(task.devices)
+    if task.gpus > 0:
+        # Frameworks' memory limits read it (hpo.keras.limit_gpu_memory, torch's
+        # set_per_process_memory_fraction): trials sharing a GPU share its memory.
+        env["HPO_GPU_MEMORY_FRACTION"] = f"{task.gpu_share:g}"
+    if task.hosts:
+        env["HPO_HOSTS"] = ",".join(task.hosts)
+    if task.device_speed is not None:
+        env["HPO_DEVICE_SPEED"] = f"{task.device_speed:g}"
+    return env
 
 
 def _assigned_gpus(task: TrialTask) -> list[str]:
     if task.gpus <= 0:
         return []
+    if task.devices is not None:
+        return list(task.devices)
     ids = os.environ.get("COMPSS_BINDED_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES") or ""
     return [i for i in ids.replace(",", " ").split() if i]
 
@@ -413,10 +468,18 @@ def open_trial(task: TrialTask) -> Trial:
     earlier = attrs.reports
     clock = _clock(task, earlier, attrs.segments) if task.quantum else None
     link = _StoreLink(store, task.trial_id, task.metric, task.early_stopping, task.pruner,
-                      task.direction, clock)
+                      task.direction, clock, resizable=task.resizable)
     Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
     return Trial(task.number, dict(task.config), task.checkpoint_dir,
-                 cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier, _link=link)
+                 cpus=task.cpus, gpus=_assigned_gpus(task), reports=earlier,
+                 hosts=list(task.hosts) or _compss_hosts(), gpu_share=task.gpu_share,
+                 profile_batches=task.profile_batches, _link=link)
+
+
+def _compss_hosts() -> list[str] | None:
+    """A COMPSs @multinode task's nodes (COMPSs names one per process: kept once each)."""
+    listed = os.environ.get("COMPSS_HOSTNAMES")
+    return list(dict.fromkeys(h for h in listed.split(",") if h)) if listed else None
 
 
 def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
@@ -460,6 +523,8 @@ def _run_here(task: TrialTask) -> _Result:
             }
             log.write(result.error["traceback"])
     result.stop_reason = trial.stop_reason
+    if task.profile_batches:
+        trial._record_profile()  # a trial shorter than its profile: on what it ran
     result.metrics = _last_metrics(trial, result.returned)
     if trial._link and trial._link.quantum:
         result.quantum = trial._link.quantum.record()
@@ -553,7 +618,8 @@ def _run_isolated(task: TrialTask) -> _Result:
         task_file, result_file = Path(tmp, "task.pkl"), Path(tmp, "result.pkl")
         task_file.write_bytes(cloudpickle.dumps(task))
         command = [sys.executable, "-m", "hpo.trial._child", str(task_file), str(result_file)]
-        env = {**os.environ, **thread_environment(task.cpus)}  # sized before any import
+        # Sized before any import; a process that initialised CUDA ignores later changes.
+        env = {**os.environ, **thread_environment(task.cpus), **device_environment(task)}
         child = subprocess.Popen(command, start_new_session=True, env=env)
         track_child(child.pid)  # a SIGTERM to this worker reaches the trial (request_suspend)
         grace = 0.0  # a time limit ends it at once
