@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 
 from hpo import lifecycle
+from hpo.allocation._allocator import Allocator, make_allocator
 from hpo.engines import Engine
 from hpo.errors import EngineLost, StopRequested
 from hpo.lifecycle import InFlight
@@ -57,6 +58,7 @@ class Controller:
     pruner: optuna.pruners.BasePruner | None = None
     progress: bool = True
     _in_flight: dict[int, InFlight] = field(default_factory=dict, init=False)
+    _allocator: Allocator | None = field(default=None, init=False)
 
     @cached_property
     def _policy(self) -> Policy | None:
@@ -79,6 +81,8 @@ class Controller:
         store.set_contender(None)
         searcher = open_search(self.spec, study, self.sampler)
         with self.engine:
+            self._allocator = make_allocator(self.spec, self.engine, store, self.objective or self.spec.objective,
+                                             self.run_dir.path / "layer_costs.json", self._task)
             try:
                 self._loop(searcher, store)
             except (KeyboardInterrupt, StopRequested) as exc:
@@ -93,8 +97,11 @@ class Controller:
         # Never more in flight than the engine can run: trials prepared beyond
         # its slots would only wait, created in the store, past any time budget.
         parallel = self._parallel()
-        # Segmented policies choose when a slot frees, so nothing is queued ahead.
-        window = parallel + (0 if self._policy else self._queued(parallel))
+        # Segmented policies choose when a slot frees, so nothing is queued ahead;
+        # an allocator holds trials back until it places them.
+        allocator = self._allocator
+        window = parallel + (self._lookahead(parallel) if allocator else
+                             0 if self._policy else self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
                                 slots=parallel)
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
@@ -106,13 +113,16 @@ class Controller:
         waiting: dict[int, Waiting] = {}
         contender: list[float | None] = [None]  # as last published
 
+        def pending() -> int:
+            return allocator.pending if allocator else 0
+
         def may_open() -> bool:
-            opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers)
+            opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + pending()
             return (not stopping and not exhausted and opened < self.spec.max_trials
                     and self._room_for_new(searcher, tally.counted, len(waiting), opened - tally.counted))
 
         while True:
-            while not stopping and len(self._in_flight) < window:
+            while not stopping and len(self._in_flight) + pending() < window:
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
                 elif may_open():
@@ -121,14 +131,25 @@ class Controller:
                     self._resume(store, waiting)
                 else:
                     break
+            if allocator and not stopping:
+                for task, priority in allocator.starts(parallel - len(self._in_flight)):
+                    self._submit(task, priority)
+                for number in allocator.refused:
+                    tally.add(number, TrialStatus.FAILED, None, maximize)
+                allocator.refused.clear()
+                allocator.grow({n: f.trial_id for n, f in self._in_flight.items()})
             if self._policy:
                 self._publish(store, contender, may_open(), [*waiting.values(), *leftovers.values()])
             progress.update(*tally.line(len(self._in_flight)))  # what was just submitted
             if not self._in_flight:
+                if allocator and allocator.pending and not stopping:
+                    raise RuntimeError(f"{allocator.pending} trials wait and none can start")
                 break
             for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):
                 trial = lifecycle.collect(store, self.engine, self._in_flight[number])
                 del self._in_flight[number]
+                if allocator:
+                    allocator.finished(number)
                 state, value = status_of(trial), trial.values[0] if trial.values else None
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = waiting_of(trial, maximize)
@@ -146,8 +167,12 @@ class Controller:
                 stopping = self._stop(store, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
         if stopping:
-            lifecycle.stop_suspended(store, [w.trial_id for w in [*waiting.values(), *leftovers.values()]],
-                                     store.stop() or {})
+            held = allocator.drain() if allocator else []
+            for candidate in held:
+                if not candidate.resume:  # created, never started: its configuration is not used up
+                    store.end_without_result(candidate.trial_id, "cancelled", "study stopped")
+            lifecycle.stop_suspended(store, [w.trial_id for w in [*waiting.values(), *leftovers.values()]]
+                                     + [c.trial_id for c in held if c.resume], store.stop() or {})
         progress.close()
 
     def _start_new(self, searcher: Searcher) -> bool:
@@ -155,7 +180,10 @@ class Controller:
         proposal = searcher.ask()
         if proposal is None:
             return False
-        self._submit(self._task(proposal.number, proposal.trial_id, proposal.params))
+        if self._allocator:
+            self._allocator.propose(proposal.number, proposal.trial_id, proposal.params)
+        else:
+            self._submit(self._task(proposal.number, proposal.trial_id, proposal.params))
         return True
 
     def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
@@ -190,18 +218,27 @@ class Controller:
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         stored = store.trial(chosen.trial_id)
-        task = self._task(chosen.number, chosen.trial_id, stored.params,
-                          after_segment=run_of(stored).get("segment", -1))
-        self._submit(task, priority=True)
+        after = run_of(stored).get("segment", -1)
+        if self._allocator:
+            self._allocator.resume(stored, after, why)
+            return
+        self._submit(self._task(chosen.number, chosen.trial_id, stored.params, after_segment=after), priority=True)
 
     def _submit(self, task: TrialTask, priority: bool = False) -> None:
         self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority))
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
-              after_segment: int = -1) -> TrialTask:
+              after_segment: int = -1, **allocation: Any) -> TrialTask:
         return TrialTask.for_trial(self.spec, self.run_dir, self.storage_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
-                                   objective=self.objective, pruner=self.pruner)
+                                   objective=self.objective, pruner=self.pruner, **allocation)
+
+    def _lookahead(self, parallel: int) -> int:
+        """Trials an allocator holds ready beyond the running ones: enough to
+        choose the longest or form a flotilla from (a whole grid up to 256)."""
+        if self.spec.allocation.policy == "fifo" and not self.spec.allocation.placement == "speed":
+            return parallel
+        return max(parallel, min(self.spec.max_trials, 256))
 
     def _queued(self, parallel: int) -> int:
         """How many trials to prepare ahead and queue in the engine.

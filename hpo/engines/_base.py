@@ -19,6 +19,7 @@ from hpo.errors import UsageError
 from hpo.trial import TrialTask
 
 if TYPE_CHECKING:
+    from hpo.allocation import Inventory
     from hpo.space import StudySpec
 
 __all__ = ["Engine"]
@@ -72,6 +73,12 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def slots(self) -> int:
         """How many trials can run at once."""
+
+    def inventory(self) -> "Inventory | None":
+        """The nodes and GPUs trials run on, when the engine lets the master
+        choose where each trial goes (its task then names the GPU ids and the
+        hosts); None when the engine places trials itself (COMPSs binds GPUs)."""
+        return None
 
     @abc.abstractmethod
     def submit(self, task: TrialTask, priority: bool = False) -> Handle:

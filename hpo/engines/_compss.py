@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpo.engines._base import Engine
+from hpo.errors import UsageError
 from hpo.engines._machine import node_cores, trials_per_node, visible_gpus
 from hpo.store.records import task_done
 from hpo.trial import TrialTask, fell_silent
@@ -66,25 +67,33 @@ class CompssEngine(Engine):
 
     def __init__(self, cpus: int = 1, gpus: int = 0, memory_gb: float | None = None,
                  time_limit_s: float | None = None, slots: int | None = None) -> None:
+        # The smallest trial's shape: it sizes the slots. Each task is declared
+        # for its own trial's shape (COMPSs fixes constraints at declaration).
         self._cpus, self._gpus = cpus, gpus
         self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
         self._tasks = self._api = None
-        self._declared: dict[bool, Any] = {}  # priority -> the declared COMPSs task
         self._count = itertools.count()
         self._over_since: dict[_Submitted, float] = {}
 
     @classmethod
     def from_spec(cls, spec, *, scheduler=None, workers=None) -> "CompssEngine":
         super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
-        res = spec.resources
-        return cls(res.cpus, res.gpus, res.memory_gb, res.time_limit_s, spec.search.parallel)
+        smallest, _ = spec.shape_bounds
+        if 0 < smallest.gpus < 1:
+            raise UsageError(
+                f"$.resources.gpus: COMPSs counts GPUs in whole devices; a trial asks for "
+                f"{smallest.gpus:g} of one.\n  fix: use whole GPUs with --engine compss, or share "
+                "GPUs with the dask engine (hpo run --engine dask)")
+        return cls(smallest.cpus, int(smallest.gpus), smallest.memory_gb, smallest.time_limit_s,
+                   spec.search.parallel)
 
     def start(self) -> None:
         self._tasks = importlib.import_module("hpo.engines._compss_tasks")
         self._api = importlib.import_module("pycompss.api.api")
-        shape = self._tasks.TaskShape.of(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
-        self._declared = {priority: self._tasks.trial_task(shape, priority) for priority in (False, True)}
+        smallest = self._tasks.TaskShape.of(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
+        for priority in (False, True):  # other shapes are declared as their first trial comes
+            self._tasks.trial_task(smallest, priority)
         if self._slots is None:
             # The runtime counts nodes, not slots; the nodes are taken to be like this one.
             nodes = max(1, int(self._api.compss_get_number_of_resources()))
@@ -98,8 +107,10 @@ class CompssEngine(Engine):
     def submit(self, task: TrialTask, priority: bool = False) -> _Submitted:
         # A group per task (not per trial): a trial run in segments has several.
         group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
+        shape = self._tasks.TaskShape.of(task.cpus, int(task.gpus), task.memory_gb, task.time_limit_s,
+                                         task.nodes)
         with self._api.TaskGroup(group, implicit_barrier=False):
-            future = self._declared[priority](task)
+            future = self._tasks.trial_task(shape, priority)(task)
         return _Submitted(group, future, task)
 
     def wait(self, handles: Sequence[_Submitted], timeout: float) -> list[_Submitted]:

@@ -3,8 +3,9 @@
 COMPSs fixes a task's constraints when the task is declared, and resolves a
 ``"$VAR"`` value from the environment its JVM read before the program ran, so
 per-study resources must be literal values in the decorators. Each resource
-shape is one task, named after it (``compss_trial__cpus4_gpus1_mem2048mb_timeout160s``),
-and declared on first use. A COMPSs worker finds a task by importing this
+shape is one task, named after it (``compss_trial__cpus4_gpus1_mem2048mb_timeout160s``,
+``..._nodes2`` for a ``@multinode`` task on two nodes), and declared on first
+use: trials of different shapes are tasks of different names. A COMPSs worker finds a task by importing this
 module and looking the name up: the module's ``__getattr__`` reads the shape
 back from the name and declares the same task there, without the master's
 settings.
@@ -33,7 +34,7 @@ __all__ = ["TaskShape", "trial_task"]
 _TIME_OUT_GRACE_S = 60
 
 _PREFIX = "compss_trial__"
-_NAME = re.compile(r"compss_trial__cpus(\d+)_gpus(\d+)_mem(\d+)mb_timeout(\d+)s(_first)?")
+_NAME = re.compile(r"compss_trial__cpus(\d+)_gpus(\d+)_mem(\d+)mb_timeout(\d+)s(?:_nodes(\d+))?(_first)?")
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,20 @@ class TaskShape:
     gpus: int = 0
     memory_mb: int = 0  # 0: no limit
     time_out_s: int = 0  # 0: none
+    nodes: int = 1  # more: a @multinode task; the constraints hold on each node
 
     @classmethod
     def of(cls, cpus: int, gpus: int = 0, memory_gb: float | None = None,
-           time_limit_s: float | None = None) -> "TaskShape":
+           time_limit_s: float | None = None, nodes: int = 1) -> "TaskShape":
         """The shape of trials with these resources."""
         memory_mb = round(memory_gb * 1024) if memory_gb else 0
         time_out = int(time_limit_s) + _TIME_OUT_GRACE_S if time_limit_s else 0
-        return cls(int(cpus), int(gpus), memory_mb, time_out)
+        return cls(int(cpus), int(gpus), memory_mb, time_out, int(nodes))
 
     def task_name(self, priority: bool = False) -> str:
+        nodes = f"_nodes{self.nodes}" if self.nodes > 1 else ""
         return (f"{_PREFIX}cpus{self.cpus}_gpus{self.gpus}_mem{self.memory_mb}mb"
-                f"_timeout{self.time_out_s}s{'_first' if priority else ''}")
+                f"_timeout{self.time_out_s}s{nodes}{'_first' if priority else ''}")
 
     def constraints(self) -> dict[str, Any]:
         """The @constraint keywords: literal ints and strings only (COMPSs rejects
@@ -89,7 +92,8 @@ def __getattr__(name: str) -> Any:
     if match is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     cpus, gpus, memory_mb, time_out = map(int, match.groups()[:4])
-    return trial_task(TaskShape(cpus, gpus, memory_mb, time_out), priority=bool(match.group(5)))
+    shape = TaskShape(cpus, gpus, memory_mb, time_out, int(match.group(5) or 1))
+    return trial_task(shape, priority=bool(match.group(6)))
 
 
 def _declare(name: str, shape: TaskShape, priority: bool) -> Callable[[TrialTask], Any]:
@@ -101,8 +105,12 @@ def _declare(name: str, shape: TaskShape, priority: bool) -> Callable[[TrialTask
     body.__name__ = body.__qualname__ = name
     body.__module__ = __name__
     body.__doc__ = f"One trial (or one segment of it) as a COMPSs task of {shape}."
-    return constraint(**shape.constraints())(
-        task(returns=1, on_failure="IGNORE", time_out=shape.time_out_s, priority=priority)(body))
+    declared = task(returns=1, on_failure="IGNORE", time_out=shape.time_out_s, priority=priority)(body)
+    if shape.nodes > 1:  # COMPSS_HOSTNAMES and SLURM_* tell the trial its nodes
+        from pycompss.api.multinode import multinode
+
+        declared = multinode(computing_nodes=shape.nodes)(declared)
+    return constraint(**shape.constraints())(declared)
 
 
 def _never_failing(trial_task: TrialTask) -> TrialOutcome:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import queue
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hpo.allocation import Device, Inventory, Node
 from hpo.engines._base import Engine
 from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
 from hpo.engines._main_guard import refuse_unguarded_main
@@ -24,6 +27,7 @@ from hpo.trial import TrialTask, run_trial
 
 __all__ = ["DaskEngine"]
 
+_HOLD_CHECK_S = 5.0
 _REMOTE_FIX = "start workers with --resources {resources} on bigger nodes and pass --scheduler"
 
 
@@ -41,7 +45,11 @@ class DaskEngine(Engine):
         Worker processes of the embedded cluster (default: one per trial slot
         that fits the machine's cores, or its GPUs).
     cpus, gpus:
-        What each trial needs.
+        What the smallest trial needs (it sizes the slots; each task asks for
+        its own shape).
+    largest:
+        The largest trial's (cpus, gpus, nodes): a study none of whose workers
+        could run it is refused before anything is recorded.
     retries:
         Dask ``retries=`` for a task that raised (infrastructure faults only;
         user errors are recorded by the trial wrapper, never raised). A worker
@@ -55,22 +63,31 @@ class DaskEngine(Engine):
         if scheduler and workers:
             raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
                              "workers are used.\n  fix: drop one of --workers and --scheduler")
-        resources = spec.resources
-        return cls(scheduler, workers or spec.search.parallel, resources.cpus, resources.gpus,
-                   spec.retries.engine)
+        smallest, largest = spec.shape_bounds
+        return cls(scheduler, workers or spec.search.parallel, smallest.cpus, smallest.gpus,
+                   spec.retries.engine, largest=(largest.cpus, largest.gpus, largest.nodes))
 
     def __init__(self, scheduler: str | None = None, workers: int | None = None,
-                 cpus: int = 1, gpus: int = 0, retries: int = 0) -> None:
+                 cpus: int = 1, gpus: float = 0, retries: int = 0,
+                 largest: tuple[int, float, int] | None = None) -> None:
         self.scheduler, self.workers = scheduler, workers
         self.cpus, self.gpus, self.retries = cpus, gpus, retries
+        self.largest = largest or (cpus, gpus, 1)
+        self._holders: dict[str, list] = {}  # a multi-node trial's key -> its other nodes' tasks
         self.client = self._cluster = None
-        self._resources: dict[str, int] = {}
+        self._declares_cpu = False  # whether workers offer a CPU resource to ask for
         self._slots = 0
         # Done-callbacks feed this queue: completion is learned without a
         # round trip to the scheduler.
         self._done: queue.Queue = queue.Queue()
         if scheduler is None:  # the embedded cluster runs on this machine
-            refuse_beyond_this_machine(cpus, gpus, _REMOTE_FIX)
+            big_cpus, big_gpus, nodes = self.largest
+            if nodes > 1:
+                raise EngineError(
+                    f"$.resources.nodes: a trial asks for {nodes} nodes, and the embedded Dask "
+                    "cluster is this machine alone.\n  fix: start a worker per node and pass "
+                    "--scheduler, or use hpo submit")
+            refuse_beyond_this_machine(big_cpus, math.ceil(big_gpus), _REMOTE_FIX)
             refuse_unguarded_main()  # its worker processes import the main script again
 
     def start(self) -> None:
@@ -81,7 +98,8 @@ class DaskEngine(Engine):
         logging.getLogger("distributed.batched").setLevel(logging.WARNING)
 
         if self.scheduler is None:
-            self._cluster = self._local_gpu_cluster() if self.gpus else self._local_cpu_cluster()
+            gpu_study = self.largest[1] > 0
+            self._cluster = self._local_gpu_cluster() if gpu_study else self._local_cpu_cluster()
             self.client = Client(self._cluster)
         else:
             self.client = self._reach(self.scheduler)
@@ -112,32 +130,37 @@ class DaskEngine(Engine):
         )
 
     def _local_gpu_cluster(self):
-        """One worker per group of ``gpus`` visible GPUs, each seeing only its own
-        (``CUDA_VISIBLE_DEVICES``), with a ``GPU`` resource."""
-        from distributed import Nanny, Scheduler, SpecCluster
+        """One worker holding this machine's visible GPUs (a ``GPU`` resource of
+        their count, their ids in ``CUDA_VISIBLE_DEVICES``), with a thread per
+        trial that fits: the master places each trial on its own GPU ids."""
+        from dask.system import CPU_COUNT
+        from distributed import LocalCluster
 
         ids = visible_gpus()
-        # At least one group (checked when the engine was made); should the GPUs
-        # have gone since, no worker starts and _plan_resources refuses the study.
-        groups = [ids[i:i + self.gpus] for i in range(0, len(ids) - self.gpus + 1, self.gpus)]
-        workers = {
-            f"gpu-{'-'.join(group)}": {"cls": Nanny, "options": {
-                "nthreads": 1, "host": "127.0.0.1", "env": {"CUDA_VISIBLE_DEVICES": ",".join(group)},
-                "resources": {"GPU": self.gpus, "CPU": self.cpus}}}
-            for group in groups[: self.workers or len(groups)]
-        }
-        scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"}}
-        return SpecCluster(scheduler=scheduler, workers=workers)
+        per_trial = self.gpus or 1
+        threads = max(1, min(int(len(ids) / per_trial + 1e-9), CPU_COUNT // max(self.cpus, 1) or 1))
+        return LocalCluster(
+            n_workers=1, threads_per_worker=self.workers and min(self.workers, threads) or threads,
+            processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+            resources={"GPU": len(ids), "CPU": CPU_COUNT},
+            env={"CUDA_VISIBLE_DEVICES": ",".join(ids)},
+        )
 
     def _plan_resources(self) -> None:
-        """Decide what each task requests, and how many fit, from the workers."""
+        """Check that some worker runs the largest trial, and count the slots
+        (how many of the smallest run at once) from the workers."""
         workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
         declared = [w.get("resources", {}) for w in workers]
-        wanted = {"GPU": self.gpus} if self.gpus else {}
-        if any("CPU" in r for r in declared):
-            wanted["CPU"] = self.cpus
+        self._declares_cpu = any("CPU" in r for r in declared)
+        big_cpus, big_gpus, _ = self.largest
+        wanted = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
+        if self._declares_cpu:
+            wanted["CPU"] = big_cpus
         fits = [min((r.get(k, 0) // v for k, v in wanted.items()), default=w["nthreads"])
                 for r, w in zip(declared, workers)]
+        small = self._requests(self.cpus, self.gpus)
+        slots = [min(min((r.get(k, 0) / v for k, v in small.items()), default=w["nthreads"]),
+                     w["nthreads"]) for r, w in zip(declared, workers)]
         if not any(fits):
             have = sorted({" ".join(f"{k}={v}" for k, v in r.items()) or "none" for r in declared})
             need = " ".join(f"{k}={v}" for k, v in wanted.items())
@@ -146,7 +169,29 @@ class DaskEngine(Engine):
                 f"{', '.join(have)}.\n"
                 f"  fix: start workers with --resources \"{need}\", or lower \"resources\" in the space"
             )
-        self._resources, self._slots = wanted, sum(fits)
+        self._slots = max(1, int(sum(int(n + 1e-9) for n in slots)))
+
+    def _requests(self, cpus: int, gpus: float) -> dict[str, float]:
+        """The Dask resources a trial of ``cpus`` and ``gpus`` asks for."""
+        wanted: dict[str, float] = {"GPU": gpus} if gpus else {}
+        if self._declares_cpu:
+            wanted["CPU"] = cpus
+        return wanted
+
+    def inventory(self) -> Inventory:
+        """The workers as nodes: host, CPUs, GPU ids and their declared
+        speeds (``HPO_GPU_SPEEDS``, one per id in ``CUDA_VISIBLE_DEVICES``)."""
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        devices = self.client.run(_worker_devices)
+        nodes = []
+        for address, worker in sorted(info.items()):
+            declared = worker.get("resources", {})
+            ids, speeds = devices.get(address, ([], []))
+            count = int(declared.get("GPU", 0))
+            nodes.append(Node(host=worker.get("host") or urlsplit(address).hostname, worker=address,
+                              cpus=int(declared.get("CPU", worker["nthreads"])),
+                              devices=[Device(i, s) for i, s in list(zip(ids, speeds))[:count]]))
+        return Inventory(nodes)
 
     @property
     def slots(self) -> int:
@@ -165,10 +210,17 @@ class DaskEngine(Engine):
         # An explicit key per trial and pure=False: two trials with equal
         # arguments must never collapse into one Dask task.
         key = f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
+        resources = self._requests(task.cpus, task.gpus) or None
+        workers = list(task.workers[:1]) if task.workers else None
         future = self.client.submit(
-            run_trial, task, key=key, pure=False, retries=self.retries,
-            resources=self._resources or None, priority=1 if priority else 0,
+            run_trial, task, key=key, pure=False, retries=self.retries, resources=resources,
+            priority=1 if priority else 0, workers=workers, allow_other_workers=False,
         )
+        if len(task.workers) > 1:  # the trial's other nodes, held while it runs
+            self._holders[key] = [self.client.submit(
+                hold_node, task, key, key=f"{key}-node{rank}", pure=False, resources=resources,
+                priority=1 if priority else 0, workers=[worker], allow_other_workers=False)
+                for rank, worker in enumerate(task.workers[1:], start=1)]
         future.add_done_callback(self._done.put)
         return future
 
@@ -194,9 +246,21 @@ class DaskEngine(Engine):
                 handle.result()  # raises the task's error; a success is not fetched
         finally:
             handle.release()  # don't keep results on workers (lost workers would recompute them)
+            self._release_nodes(handle.key)
 
     def cancel(self, handle) -> None:
         handle.cancel()
+        self._release_nodes(handle.key)
+
+    def _release_nodes(self, key: str) -> None:
+        """Let a multi-node trial's other nodes go."""
+        holders = self._holders.pop(key, None)
+        if holders:
+            from distributed import Event
+
+            Event(key, client=self.client).set()
+            for holder in holders:
+                holder.release()
 
     def shutdown(self) -> None:
         if self.client is not None:
@@ -209,6 +273,25 @@ class DaskEngine(Engine):
             logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
+
+
+def hold_node(task: TrialTask, key: str) -> None:
+    """A multi-node trial's task on one of its other nodes: holds the node's
+    resources (the trial's own processes run there) until the master says the
+    trial is over, or the trial has ended in the store (a master lost)."""
+    from distributed import Event
+
+    event = Event(key)
+    while not event.wait(timeout=_HOLD_CHECK_S):
+        if task.open_store().trial(task.trial_id).state.is_finished():
+            return
+
+
+def _worker_devices() -> tuple[list[str], list[float]]:
+    """This worker's GPU ids and their speeds (``HPO_GPU_SPEEDS``, else 1)."""
+    ids = visible_gpus()
+    declared = [float(s) for s in os.environ.get("HPO_GPU_SPEEDS", "").split(",") if s.strip()]
+    return ids, [declared[i] if i < len(declared) else 1.0 for i in range(len(ids))]
 
 
 def _connect(scheduler: str):

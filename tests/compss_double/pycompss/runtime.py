@@ -9,6 +9,9 @@ source files behind each point):
   task runs on a node with enough free units, and as many run at once as fit;
   a task no node can ever serve stays blocked;
 - a top-level ``computing_units`` and a CPU entry in ``processors`` add up;
+- a ``@multinode`` task takes its constraints on ``computing_nodes`` distinct
+  nodes at once, and runs with ``COMPSS_HOSTNAMES`` (one entry per process),
+  ``COMPSS_NUM_NODES`` and ``COMPSS_NUM_THREADS`` set;
 - a task that raises is retried (``RETRY``: on the same node, then on
   another), and one that still fails ends the application, as ``FAIL`` does;
   ``IGNORE`` gives its future None;
@@ -19,6 +22,7 @@ source files behind each point):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import heapq
 import itertools
@@ -125,6 +129,10 @@ class _Node:
     cpus: int
     gpus: int
 
+    @property
+    def name(self) -> str:
+        return f"node{self.index}"
+
     def fits(self, demand: dict) -> bool:
         return demand["cpus"] <= self.cpus and demand["gpus"] <= self.gpus
 
@@ -142,7 +150,7 @@ class _Job:
     demand: dict
     future: Future = field(default_factory=Future)
     attempts: int = 0
-    node: "_Node | None" = None
+    nodes: list = field(default_factory=list)
     thread_id: int | None = None
     running: bool = False
     cancelled: bool = False
@@ -163,7 +171,7 @@ class _Scheduler:
     def submit(self, name: str, function: Callable, args: tuple, options: dict,
                demand: dict) -> Future:
         job = _Job(name, function, args, options, demand)
-        if not self._capacity.fits(demand):
+        if not self._capacity.fits(demand) or demand.get("nodes", 1) > len(self._nodes):
             blocked.append({"function": name, "resources": demand})
             return job.future  # COMPSs keeps it Blocked until such a node appears
         with self._lock:
@@ -187,12 +195,14 @@ class _Scheduler:
                 job = entry[2]
                 if job.cancelled:
                     continue
-                node = next((n for n in self._nodes if n.fits(job.demand)), None)
-                if node is None:
+                free = [n for n in self._nodes if n.fits(job.demand)]
+                if len(free) < job.demand.get("nodes", 1):
                     waiting.append(entry)
                     continue
-                node.take(job.demand)
-                job.node, job.running = node, True
+                job.nodes = free[:job.demand.get("nodes", 1)]
+                for node in job.nodes:
+                    node.take(job.demand)
+                job.running = True
                 threading.Thread(target=self._run, args=(job,), daemon=True).start()
             for entry in waiting:
                 heapq.heappush(self._queue, entry)
@@ -205,7 +215,8 @@ class _Scheduler:
             timer.start()
         try:
             try:
-                outcome, error = job.function(*job.args), None
+                with _multinode_environment(job):
+                    outcome, error = job.function(*job.args), None
             finally:
                 with self._lock:
                     job.running = False
@@ -214,7 +225,8 @@ class _Scheduler:
         except BaseException as exc:  # noqa: BLE001 - the task failed (or was interrupted)
             outcome, error = None, exc
         with self._lock:
-            job.node.take(job.demand, sign=-1)
+            for node in job.nodes:
+                node.take(job.demand, sign=-1)
             self._jobs.remove(job)
         if job.cancelled:
             job.future.cancel() or job.future.set_result(None)
@@ -266,6 +278,42 @@ class _Scheduler:
                 entry[2].future.cancel()
             self._queue.clear()
 
+
+
+_environment = threading.Condition()
+_sharing = [0, False]  # one-node tasks running; a @multinode task running
+
+
+@contextlib.contextmanager
+def _multinode_environment(job: _Job):
+    """What a worker sets for a task: ``COMPSS_HOSTNAMES`` (one entry per
+    process), ``COMPSS_NUM_NODES`` and ``COMPSS_NUM_THREADS``. The double's
+    tasks share one process and its environment, so a @multinode task runs
+    while no other task does (the real workers are separate processes)."""
+    wide = job.demand.get("nodes", 1) > 1
+    with _environment:
+        _environment.wait_for(lambda: not _sharing[1] and (not wide or _sharing[0] == 0))
+        if wide:
+            _sharing[1] = True
+        else:
+            _sharing[0] += 1
+    threads = job.demand.get("processes_per_node", 1)
+    saved = dict(os.environ)
+    if wide:
+        names = [node.name for node in job.nodes for _ in range(threads)]
+        os.environ.update(COMPSS_HOSTNAMES=",".join(names), COMPSS_NUM_NODES=str(len(job.nodes)),
+                          COMPSS_NUM_THREADS=str(threads))
+    try:
+        yield
+    finally:
+        with _environment:
+            if wide:
+                os.environ.clear()
+                os.environ.update(saved)
+                _sharing[1] = False
+            else:
+                _sharing[0] -= 1
+            _environment.notify_all()
 
 
 def end_application(reason: str) -> None:

@@ -31,20 +31,25 @@ class Task:
 
         @functools.wraps(user_function)
         def task_decorator(*args, **kwargs):
+            # @multinode above passes these; the binding takes them out of the call.
+            nodes = int(kwargs.pop("computing_nodes", 1))
+            per_node = int(kwargs.pop("processes_per_node", 1))
             if not CONTEXT.in_master():
                 return user_function(*args, **kwargs)  # sequential mode
-            # @constraint sits above @task, so it marked this wrapper.
+            # @constraint sits above @task (and @multinode), so it marked this wrapper.
             constraints = getattr(task_decorator, "__compss_constraints__", {})
             resources = runtime.describe(constraints)
             found = functools.partial(_as_a_worker_finds, user_function.__module__, name)
-            future = runtime.scheduler().submit(name, found, args, self.kwargs, resources)
+            demand = {**resources, "nodes": nodes, "processes_per_node": per_node}
+            future = runtime.scheduler().submit(name, found, args, self.kwargs, demand)
             runtime.submitted.append({"function": name, "constraints": constraints,
-                                      "resources": resources, "future": future,
+                                      "resources": resources, "nodes": nodes, "future": future,
                                       "priority": self.kwargs.get("priority", False)})
             if _current_group:
                 runtime.groups.setdefault(_current_group[-1], []).append(future)
             return future
 
+        task_decorator.__compss_body__ = user_function
         return task_decorator
 
 
@@ -52,7 +57,9 @@ def _as_a_worker_finds(module: str, name: str, *args):
     """Run the task as a worker does: import its module, look it up by name
     (a missing one fails the job), and call the function under the decorators."""
     function = getattr(importlib.import_module(module), name)
-    return function.__wrapped__(*args)
+    while not hasattr(function, "__compss_body__"):  # @multinode's wrapper, around @task's
+        function = function.__wrapped__
+    return function.__compss_body__(*args)
 
 
 _current_group: list[str] = []
