@@ -57,7 +57,9 @@ def _allocation_options(p) -> None:
     p.add_argument("--engine", choices=[n for n in ENGINES.names if n != "inline"], default="dask",
                    help="dask: an sbatch script with a Dask cluster; compss: enqueue_compss "
                         "(default: %(default)s)")
-    p.add_argument("--nodes", type=int, default=1, metavar="N", help="nodes (default: %(default)s)")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="nodes (default: as many as the space's widest trial needs, its "
+                        "\"resources\": {\"nodes\"}, plus the master's node under compss; else 1)")
     p.add_argument("--time", type=int, required=True, dest="time_min", metavar="MINUTES",
                    help="walltime in minutes (required)")
     p.add_argument("--cpus-per-node", type=int, metavar="C",
@@ -128,7 +130,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     site = load_site(args.site)
     request = BatchRequest(
-        nodes=args.nodes, time_min=args.time_min, cpus_per_node=args.cpus_per_node,
+        nodes=args.nodes or 1, time_min=args.time_min, cpus_per_node=args.cpus_per_node,
         gpus_per_node=args.gpus_per_node, mem_per_node_gb=args.mem_per_node_gb,
         partition=args.partition or site.partition, qos=args.qos or site.qos,
         account=args.account or site.account, stop_before_s=args.stop_before_s,
@@ -143,6 +145,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     spec = prepare(space, name=args.name, objective=args.objective, algorithm=args.algorithm,
                    max_trials=args.max_trials, parallel=args.parallel, seed=args.seed,
                    timeout_s=args.timeout_s)
+    request = replace(request, nodes=_nodes_for(spec, args.engine, args.nodes))
     pythonpath = job_pythonpath(space)
     check_objective(spec, pythonpath)
     run_dir = (Path(args.runs_dir) / spec.name).resolve()
@@ -164,6 +167,21 @@ def job_pythonpath(space: Path) -> list[str]:
     module beside it) and the submit directory (the job's working directory)."""
     folders = [str(space.resolve().parent), str(Path.cwd().resolve())]
     return list(dict.fromkeys(folders))
+
+
+def _nodes_for(spec, engine: str, asked: int | None) -> int:
+    """The allocation's nodes: enough for the widest trial (under COMPSs the
+    master's node runs no trials once there are several)."""
+    widest = spec.shape_bounds[1].nodes
+    needed = widest + 1 if engine == "compss" and widest > 1 else widest
+    if asked is None:
+        return needed
+    if asked < needed:
+        raise UsageError(
+            f"study {spec.name!r} has trials on {widest} nodes and --nodes is {asked}"
+            + (" (the COMPSs master's node runs none)" if engine == "compss" and widest > 1 else "")
+            + f".\n  fix: --nodes {needed} or more, or drop --nodes")
+    return asked
 
 
 def check_objective(spec, pythonpath: Sequence[str]) -> None:

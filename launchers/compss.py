@@ -119,13 +119,13 @@ class CompssJob:
     @property
     def slots(self) -> int | None:
         """Trials the allocation runs at once (None: unknown here, the runtime decides)."""
-        r, res = self.request, self.spec.resources
+        r, (res, _) = self.request, self.spec.shape_bounds
         if r.cpus_per_node is None:
             return None
-        return self.worker_nodes * trials_per_node(res.cpus, res.gpus, r.cpus_per_node, r.gpus_per_node)
+        return self.worker_nodes * trials_per_node(res.cpus, int(res.gpus), r.cpus_per_node, r.gpus_per_node)
 
     def check(self) -> None:
-        r, res = self.request, self.spec.resources
+        r, res = self.request, self.spec.shape_bounds[1]
         if self.sc_cfg is None:
             raise UsageError(
                 "--engine compss: which COMPSs profile does this site use? enqueue_compss's "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import string
 from collections.abc import Sequence
@@ -77,15 +78,26 @@ class DaskJob:
 
     @property
     def workers_per_node(self) -> int:
-        """One worker per group of the trial's GPUs; one per node for CPU studies."""
-        gpus = self.spec.resources.gpus
-        return self.request.gpus_per_node // gpus if gpus and self.request.gpus_per_node else 1
+        """One worker per group of the trial's GPUs when every trial has the
+        same whole GPUs; else one per node, holding its GPUs, on which the
+        master places each trial (shares, counts, several nodes)."""
+        spec = self.spec
+        smallest, largest = spec.shape_bounds
+        alike = smallest == largest and largest.gpus >= 1 and largest.nodes == 1
+        if not alike or spec.allocation.planned or not self.request.gpus_per_node:
+            return 1
+        return self.request.gpus_per_node // int(largest.gpus)
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.request.gpus_per_node // self.workers_per_node
 
     def check(self) -> None:
         """The study's trials must fit a worker, or Dask would queue them forever;
         the job's TLS certificate must be possible to make."""
         check_available()
-        need_gpus, need_cpus = self.spec.resources.gpus, self.spec.resources.cpus
+        largest = self.spec.shape_bounds[1]
+        need_gpus, need_cpus = math.ceil(largest.gpus), largest.cpus
         if need_gpus > self.request.gpus_per_node:
             raise UsageError(
                 f"study {self.spec.name!r} needs {need_gpus} GPU(s) per trial and "
@@ -146,7 +158,7 @@ class DaskJob:
             tls_environment="\n".join(f'export {k}="{v}"' for k, v in dask_environment("$job_dir").items()),
             interface=interface,
             launch_workers=launch,
-            gpus_per_worker=self.spec.resources.gpus if self.request.gpus_per_node else 0,
+            gpus_per_worker=self.gpus_per_worker,
             join_timeout=JOIN_TIMEOUT_S,
             study_args=" ".join(q(a) for a in [str(self.space_file), *self.study_args]),
             resubmit=q(self.resubmit or "hpo submit ... (the same command)"),
