@@ -18,7 +18,7 @@ from dash import Input, Output, State, dash_table, dcc, html
 from hpo.dashboards import leaderboard, trial_page
 from hpo.dashboards.analysis import import_importance
 from hpo.dashboards.data import StoreReader
-from hpo.dashboards.views import PARETO, VIEWS, summary, views_of
+from hpo.dashboards.views import ALLOCATION, PARETO, VIEWS, summary, views_of
 
 __all__ = ["make_app", "PAGE_SIZE"]
 
@@ -93,7 +93,7 @@ def _wire(app: dash.Dash, reader: StoreReader) -> None:
         hidden, shown = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
         if tab == "trial":
             return trial_page.page(reader.snapshot(), number), hidden, shown
-        view = next((v for v in (PARETO, *VIEWS) if v.key == tab), None)
+        view = next((v for v in (PARETO, *VIEWS, ALLOCATION) if v.key == tab), None)
         if view is None:
             return [], {"display": "block"}, hidden
         figure = view.figure(reader.snapshot())  # memoised per snapshot: tab switches are cheap

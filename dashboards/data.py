@@ -26,7 +26,7 @@ import optuna
 from hpo.results import StudyResult, TrialRecord, record_fields
 from hpo.store import RunDir, StudyStore
 from hpo.store._snapshot import is_placeholder, records_read
-from hpo.store.records import grouped_attrs, run_of
+from hpo.store.records import allocations_of, grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
 
@@ -48,6 +48,11 @@ class TrialView(TrialRecord):
     reports: tuple[tuple[int, dict[str, float]], ...] = ()
     stop_reason: str | None = None
     attempt_started_at: float | None = None
+    # Its shape: GPUs (a share of one below 1) on each of its nodes; and each
+    # allocation the master gave it (records.allocations_of), in order.
+    gpu_count: float = 0
+    nodes: int = 1
+    allocations: tuple[dict[str, Any], ...] = ()
     # The parameters' Optuna distributions (shared with the storage), for the
     # importance evaluators.
     distributions: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -65,6 +70,8 @@ class TrialView(TrialRecord):
             reports=tuple(reports), distributions=trial.distributions,
             stop_reason=run.get("stop_reason"),
             attempt_started_at=run.get("attempt_started_at"),
+            gpu_count=float(run.get("gpu_count") or (len(gpus) if isinstance(gpus, list) else 0)),
+            nodes=int(run.get("nodes") or 1), allocations=tuple(allocations_of(trial)),
         )
 
     @property

@@ -8,11 +8,11 @@ from typing import NamedTuple
 
 import plotly.graph_objects as go
 
-from hpo.dashboards import analysis, figures, pareto, timeline
+from hpo.dashboards import allocation, analysis, figures, pareto, timeline
 from hpo.dashboards.data import Snapshot
 from hpo.units import format_resource_time
 
-__all__ = ["View", "VIEWS", "PARETO", "views_of", "summary"]
+__all__ = ["View", "VIEWS", "PARETO", "ALLOCATION", "views_of", "summary"]
 
 
 class View(NamedTuple):
@@ -56,9 +56,17 @@ PARETO = View("pareto", "Pareto front",
               "is as good in every objective and better in one), joined in order.", pareto.pareto)
 
 
+ALLOCATION = View("allocation", "Allocation",
+                  "Each trial's actual time against the cost model's prediction (hover: its GPUs, "
+                  "nodes, place and every change of allocation with its reason), and each GPU's "
+                  "busy time.", allocation.allocation)
+
+
 def views_of(snap: Snapshot) -> tuple[View, ...]:
-    """The views of this study: the Pareto front first in a multi-objective one."""
-    return (PARETO, *VIEWS) if snap.objectives else VIEWS
+    """The views of this study: the Pareto front first in a multi-objective
+    one; the allocation view where the master placed trials."""
+    views = (PARETO, *VIEWS) if snap.objectives else VIEWS
+    return (*views, ALLOCATION) if allocation.has_allocations(snap) else views
 
 
 def summary(snap: Snapshot) -> str:

@@ -18,7 +18,7 @@ import optuna
 from hpo.errors import UsageError
 from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
-from hpo.store.records import ENDED_BY_ATTR, attr_of, grouped_attrs, run_of
+from hpo.store.records import ENDED_BY_ATTR, allocations_of, attr_of, grouped_attrs, profiles_of, run_of
 from hpo.trial._log import log_path
 from hpo.units import format_number, format_resource_time, format_seconds
 
@@ -46,6 +46,8 @@ def trial_details(run_dir: Path, number: int) -> str:
         _section(f"reports ({len(reports)} steps)", _report_table(reports)),
         _section("events", [_event_line(e) for e in events]),
         _section("attempts", _attempt_lines(run_of(trial))),
+        _section("allocations", [_allocation_line(a) for a in allocations_of(trial)]
+                 + [_profile_line(g, p) for g, p in sorted(profiles_of(trial).items())]),
         _section("segments", [_segment_line(s) for s in segments]),
         _section("error", _error_lines(record, trial)),
         _section("checkpoint directory", [str(checkpoint)]),
@@ -97,6 +99,23 @@ def _attempt_lines(run: dict[str, Any]) -> list[str]:
                                    run.get("attempt_started_at", run.get("started_at")),
                                    run.get("ended_at"), run.get("error")))
     return lines
+
+
+def _allocation_line(a: dict[str, Any]) -> str:
+    """One allocation: shape, place, prediction, reason."""
+    nodes = f" x {a['nodes']} nodes" if a.get("nodes", 1) > 1 else ""
+    place = ", ".join(a.get("hosts") or []) or "where the engine put it"
+    gpus = f" gpu {','.join(a['devices'])}" if a.get("devices") else ""
+    predicted = (f"; predicted {a['predicted_s']:.1f} s, {a['predicted_step_s'] * 1e3:.2f} ms a step"
+                 if a.get("predicted_s") else "")
+    return (f"{_when(a.get('at'))}  {a.get('gpus', 0):g} GPU(s){nodes} on {place}{gpus} "
+            f"(speed {a.get('speed', 1.0):.2g}){predicted}: {a.get('reason', '')}")
+
+
+def _profile_line(gpus: float, profile: dict[str, Any]) -> str:
+    return (f"profile on {gpus:g} GPU(s): {profile['rate']:.4g} {profile.get('unit', '')} "
+            f"({profile['batch_s'] * 1e3:.2f} ms a batch, last {profile.get('averaged')} of "
+            f"{profile.get('batches')} batches)")
 
 
 def _attempt_line(attempt, host, pid, started, ended, error) -> str:
