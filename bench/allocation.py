@@ -30,7 +30,6 @@ Run: ``python bench/allocation.py [--rounds R] [--scale S]``. Last lines:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -46,7 +45,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(ROOT), os.environ.get("PYTHONPATH")]))
+# Dask workers import the objective; they run where this is run from.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 import hpo  # noqa: E402
 from hpo.store import RunDir  # noqa: E402

@@ -81,7 +81,8 @@ class Controller:
         store.set_contender(None)
         searcher = open_search(self.spec, study, self.sampler)
         with self.engine:
-            self._allocator = make_allocator(self.spec, self.engine, store, self.objective or self.spec.objective,
+            self._allocator = make_allocator(self.spec, self.engine, store,
+                                             self.objective or self.spec.objective,
                                              self.run_dir.path / "layer_costs.json", self._task)
             try:
                 self._loop(searcher, store)
@@ -222,7 +223,8 @@ class Controller:
         if self._allocator:
             self._allocator.resume(stored, after, why)
             return
-        self._submit(self._task(chosen.number, chosen.trial_id, stored.params, after_segment=after), priority=True)
+        task = self._task(chosen.number, chosen.trial_id, stored.params, after_segment=after)
+        self._submit(task, priority=True)
 
     def _submit(self, task: TrialTask, priority: bool = False) -> None:
         self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority))

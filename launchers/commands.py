@@ -130,7 +130,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     site = load_site(args.site)
     request = BatchRequest(
-        nodes=args.nodes or 1, time_min=args.time_min, cpus_per_node=args.cpus_per_node,
+        nodes=1 if args.nodes is None else args.nodes, time_min=args.time_min, cpus_per_node=args.cpus_per_node,
         gpus_per_node=args.gpus_per_node, mem_per_node_gb=args.mem_per_node_gb,
         partition=args.partition or site.partition, qos=args.qos or site.qos,
         account=args.account or site.account, stop_before_s=args.stop_before_s,

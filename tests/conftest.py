@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,6 +76,18 @@ def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra)
         else:
             space[key] = value
     return space
+
+
+def stop_processes(procs) -> None:
+    """End the processes a test started, last started first (workers before
+    their scheduler), by PID: SIGTERM, then SIGKILL after 30 s."""
+    for proc in reversed(procs):
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def wait_for(condition, timeout: float = 90, what: str = "condition"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import hpo
-from conftest import ROOT, toy_space
+from conftest import ROOT, stop_processes, toy_space
 from hpo.allocation import Candidate, Device, Inventory, Node, Planner, RateCurve, TrialShape
 from hpo.errors import SpaceError
 from hpo.space import parse_spec
@@ -160,13 +159,7 @@ def gpu_nodes(tmp_path_factory):
     with Client(scheduler_file=str(scheduler_file)) as client:
         client.wait_for_workers(2, timeout=120)
     yield str(scheduler_file)
-    for proc in reversed(procs):  # workers first, then the scheduler; by PID
-        proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_processes(procs)
 
 
 def _seen(run_dir: Path) -> dict[int, dict]:
@@ -288,3 +281,57 @@ def test_a_trial_profiles_its_first_batches_as_fleet_does():
     assert profile["rate"] == pytest.approx(32 / profile["batch_s"])
     trial.batch(32)  # later batches cost nothing and change nothing
     assert trial.profile is profile
+
+
+def test_the_cost_model_refuses_what_will_not_fit_and_sets_time_limits(gpu_nodes, tmp_path):
+    base = {"rate": 80.0, "efficiency": 0.95, "quality": 0.5, "batch_size": 8, "samples": 80, "epochs": 4}
+    configs = [{**base, "weights": 10**9}, {**base, "profile_error": -0.8}, base]
+    space = toy_space("model", "hpo.examples.emulated_gpu:train", resources={"gpus": 1},
+                      search={"algorithm": "grid", "parallel": 3}, fixed={"configs": configs},
+                      allocation={"policy": "longest_first", "gpu_memory_gb": 1.0,
+                                  "cost_model": "hpo.examples.emulated_gpu:cost", "time_limit_factor": 3},
+                      space={"i": [0, 1, 2]})
+    result = hpo.run(space, engine="dask", scheduler=gpu_nodes, runs_dir=tmp_path, progress=False)
+    state = {t.params["i"]: t.state.value for t in result.trials}
+    # 10^9 weights: 8 GB of weights and gradients on a 1 GB GPU, refused before it ran;
+    # a model that thinks the trial 5 times faster than it is gives it too short a limit (3x its 0.8 s).
+    assert state == {0: "FAILED", 1: "TIMEOUT", 2: "COMPLETE"}, state
+    refused = next(t for t in result.trials if t.params["i"] == 0)
+    assert "PredictedOutOfMemory" in refused.error and not refused.started_at
+
+
+class _Model:
+    """A cost model that predicts 100 samples/s on one GPU of speed 1."""
+
+    def trial_s(self, config, gpus=1, speed=1.0):
+        return 10.0 / speed
+
+    def step_s(self, config, gpus=1, speed=1.0):
+        return 0.08 / speed
+
+    def rate(self, config, gpus=1, speed=1.0):
+        return 100.0 * gpus * speed
+
+
+def test_measured_rates_refine_a_gpus_speed(tmp_path):
+    import optuna
+
+    from hpo.allocation._allocator import Allocator
+    from hpo.store import StudyStore
+    from hpo.store.records import PROFILE_ATTR
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", study_name="speeds")
+    store = StudyStore.of(study)
+    spec = parse_spec({"resources": {"gpus": 1}, "space": {"x": [0]}})
+    inventory = Inventory([Node("n", cpus=4, devices=[Device("0", speed=1.0)])])
+    allocator = Allocator(store, Planner("longest_first", inventory=inventory), _Model(),
+                          lambda *args, **kwargs: None, spec)
+    trial_id, number = store.create_trial({"x": 0}, spec.distributions())
+    allocator.propose(number, trial_id, {"x": 0})
+    assert len(allocator.starts(1)) == 1
+    assert allocations_of(store.trial(trial_id))[0]["predicted_rate"] == 100.0  # recorded on the trial
+    # The GPU declared as speed 1 trained it at 25 samples/s: it is slower than said.
+    store.write(trial_id, f"{PROFILE_ATTR}1", {"rate": 25.0, "unit": "samples/s", "batch_s": 0.32})
+    allocator.finished(number)
+    assert inventory.nodes[0].devices[0].speed == pytest.approx(0.625)  # halfway to 0.25
+    assert inventory.free_gpus() == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import hpo
 from hpo.engines import DaskEngine
 from hpo.errors import EngineError
 from hpo.store.records import RUN_ATTR
-from conftest import ROOT, toy_space
+from conftest import ROOT, stop_processes, toy_space
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +42,7 @@ def mixed_cluster(tmp_path_factory):
         pids = client.run(os.getpid)
         names = {w["name"]: pids[a] for a, w in client.scheduler_info()["workers"].items()}
     yield str(scheduler_file), names
-    for proc in reversed(procs):  # workers first, then the scheduler; by PID
-        proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_processes(procs)
 
 
 def _wait_for(condition, timeout=30.0):

@@ -542,3 +542,18 @@ def test_jobs_json_appends(tmp_path):
     append_job(tmp_path, {"job_id": "2"})
     jobs = read_jobs(tmp_path)
     assert [j["job_id"] for j in jobs] == ["1", "2"] and all("submitted_at" in j for j in jobs)
+
+
+def test_the_allocation_is_sized_for_the_widest_trial(hpo, tmp_path):
+    space = tmp_path / "wide.json"
+    space.write_text(json.dumps(toy_space("wide", "hpo.examples.toy:sleep",
+                                          resources={"gpus": 2, "nodes": "n"}, space={"n": [1, 3]})))
+    status, out, err = hpo("submit", space, "--time", "30", "--gpus-per-node", "4", "--dry-run")
+    assert status == 0, err
+    assert "#SBATCH --nodes=3" in out  # the widest trial's nodes
+    assert "--workers-per-node \"$workers_per_node\" --gpus-per-worker 4" in out  # a worker holds them
+    flags = flags_of(compss_argv(hpo, space, "--time", "30", "--gpus-per-node", "4", "--cpus-per-node", "8",
+                                 "--sc-cfg", "mn5.cfg"))
+    assert flags["--num_nodes"] == "4"  # and the COMPSs master's node
+    status, _, err = hpo("submit", space, "--time", "30", "--gpus-per-node", "4", "--nodes", "2", "--dry-run")
+    assert status == 2 and "trials on 3 nodes" in err and "--nodes 3" in err

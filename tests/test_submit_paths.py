@@ -180,7 +180,7 @@ def test_submit_help_lists_algorithms_and_defaults(capsys):
         subcommand("submit").parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "search algorithm, one of: " + ", ".join(ALGORITHMS.names) in text
-    for shown in ("--nodes N nodes (default: 1)", "--engine {dask,compss}", "(default: dask)",
+    for shown in ("--nodes N nodes (default: as many as the space's widest trial needs", "--engine {dask,compss}", "(default: dask)",
                   "--runs-dir DIR parent of run directories (default: runs)",
                   f"(default: this one, {sys.executable})", "--gpus-per-node G GPUs per node (default: 0)"):
         assert shown in text, shown

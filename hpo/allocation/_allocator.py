@@ -123,7 +123,8 @@ class Allocator:
             per_node = self.planner.inventory.gpus_per_node if self.planner.inventory else 1
             rates = {int(k): v["rate"] for k, v in (measured or {}).items()
                      if k >= 1 and v.get("unit") == "samples/s" and float(k).is_integer()}
-            candidate.curve = curve_from(lambda m, c=self._config(candidate): oracle.rate(c, m), per_node, rates)
+            config = self._config(candidate)
+            candidate.curve = curve_from(lambda m: oracle.rate(config, m), per_node, rates)
         self.planner.add(candidate)
 
     def _fits_memory(self, candidate: Candidate) -> bool:
@@ -188,7 +189,8 @@ class Allocator:
                           predicted_s=self.oracle.trial_s(config, gpus, speed))
         self.store.write(candidate.trial_id, f"{ALLOCATION_ATTR}{index:03d}", record)
         where = f" on {placement.describe()}" if placement else ""
-        self.store.record_event(candidate.trial_id, "allocated", None, f"{shape.describe()}{where}: {start.reason}")
+        self.store.record_event(candidate.trial_id, "allocated", None,
+                                f"{shape.describe()}{where}: {start.reason}")
 
     def _learn_speed(self, start: Start) -> None:
         """A one-GPU trial's measured rate against the model's at speed 1 says

@@ -32,7 +32,8 @@ def fit(model: keras.Model, data, trial: Any, *, optimizer: str, learning_rate: 
     model.compile(optimizer=make_optimizer(optimizer, learning_rate),
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     model.fit(x_train, y_train, validation_data=(x_val, y_val), epochs=epochs,
-              batch_size=int(batch_size), callbacks=[HpoCallback(trial, batch_size=int(batch_size))], verbose=0)
+              batch_size=int(batch_size), verbose=0,
+              callbacks=[HpoCallback(trial, batch_size=int(batch_size))])
     return best_epoch(trial.reports)
 
 

@@ -655,9 +655,16 @@ def _resources(value: object, at: Loc, params: dict[str, Param]) -> Resources:
         except (ValueError, ZeroDivisionError, TypeError) as exc:
             shown = ", ".join(f"{k}={v!r}" for k, v in config.items())
             fix = ("change the amount or the parameter's values so that every configuration "
-                   "gets a valid shape") if shown else "write a valid amount, e.g. 1"
+                   "gets a valid shape") if shown else _LITERAL_FIX[_culprit(exc)]
             (at / _culprit(exc)).fail(f"{exc}" + (f" (for {shown})" if shown else ""), fix)
     return resources
+
+
+_LITERAL_FIX = {
+    "cpus": "write a whole number >= 1, e.g. 4", "nodes": "write a whole number >= 1, e.g. 2",
+    "gpus": "write a number >= 0: whole GPUs (2), or a share of one (0.25)",
+    "memory_gb": "write a number > 0, e.g. 16",
+}
 
 
 def _culprit(exc: Exception) -> str:
