@@ -268,6 +268,18 @@ def test_the_rate_allocation_grows_a_trial_onto_gpus_that_free_up(gpu_nodes, tmp
     assert sorted(long.intermediate_values) == list(range(20))  # every epoch once, resumed
     assert any("grow to" in e.get("reason", "") for e in long.system_attrs.values()
                if isinstance(e, dict))
+    # The dashboard's Allocation view: every trial's predicted against actual
+    # time, and each GPU's busy time, the grown trial's on all its GPUs.
+    from hpo.dashboards.allocation import allocation, gpu_busy
+    from hpo.dashboards.data import load_snapshot
+    from hpo.dashboards.views import ALLOCATION, views_of
+
+    snap = load_snapshot(tmp_path / "grow")
+    assert ALLOCATION in views_of(snap)
+    points = [t for t in allocation(snap).data if t.type == "scatter" and t.name == "complete"]
+    assert len(points[0].x) == 8
+    last = allocations_of(long)[-1]
+    assert all(gpu_busy(snap)[(last["hosts"][0], gpu)] > 0 for gpu in last["devices"])
 
 
 def test_a_trial_profiles_its_first_batches_as_fleet_does():
@@ -335,3 +347,19 @@ def test_measured_rates_refine_a_gpus_speed(tmp_path):
     allocator.finished(number)
     assert inventory.nodes[0].devices[0].speed == pytest.approx(0.625)  # halfway to 0.25
     assert inventory.free_gpus() == 1
+
+
+def test_speed_aware_growth_keeps_a_trial_on_gpus_of_one_speed():
+    planner = Planner("rate", speed_aware=True, inventory=two_nodes())  # speeds 1, 1, 0.5, 0.25
+    planner.add(Candidate(0, 0, {}, TrialShape(gpus=1), predicted_s=100.0, curve=ideal(50.0)))
+    (start,) = planner.starts(8)
+    assert start.shape.gpus == 2 and start.placement.speed == 1.0  # the fast pair, not 4 mixed
+    assert planner.grow({0: (ideal(50.0), 2, 100_000.0, 1.0)}) is None  # no faster GPU to add
+    planner.add(Candidate(1, 1, {}, TrialShape(gpus=2), resume=True))
+    (other,) = planner.starts(8)
+    assert other.placement.hosts != start.placement.hosts and other.placement.speed == 1.0
+    planner.add(Candidate(2, 2, {}, TrialShape(gpus=4), resume=True))
+    assert planner.starts(8) == []  # four GPUs: no node has them free
+    planner.release(0)
+    (mixed,) = planner.starts(8)
+    assert mixed.placement.devices == ("0", "1", "2", "3")  # no node has 4 of one speed: mixed

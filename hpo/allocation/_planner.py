@@ -158,15 +158,25 @@ class Planner:
         frees_at = now + backlog / max(len(faster), 1)
         return now + candidate.predicted_s / speed <= frees_at + candidate.predicted_s / top
 
+    def _one_speed_fits(self, shape: TrialShape) -> bool:
+        """Whether some node has ``shape``'s GPUs all of one speed (else it takes mixed ones)."""
+        if shape.devices <= 1:
+            return False
+        return any(sum(1 for d in n.devices if d.speed == s) >= shape.devices
+                   for n in self.inventory.nodes for s in {d.speed for d in n.devices})
+
     def _as_fast_free(self, number: int) -> int:
-        """Free GPUs on one node at least as fast as trial ``number``'s (more
-        GPUs, slower ones, would slow it down: the slowest sets the pace)."""
+        """GPUs trial ``number`` could grow by on one node: with speed
+        awareness, counting only those at least as fast as its own (a slower
+        one would set its pace), its own included."""
         held = self.inventory.held(number)
         if not self.speed_aware or held is None:
             return self.inventory.gpus_per_node
-        speed = held[0].speed
-        return max((sum(1 for d in n.whole_free() if d.speed >= speed) for n in self.inventory.nodes),
-                   default=0)
+        placement, shape = held
+        usable = [sum(1 for d in n.devices if d.speed >= placement.speed and
+                      (d.used <= 1e-9 or (n.host == placement.hosts[0] and d.id in placement.devices)))
+                  for n in self.inventory.nodes]
+        return max(max(usable, default=0) - int(shape.gpus), 0)
 
     def _place_in_order(self, candidates: list[Candidate], room: int, strict: bool) -> list[Start]:
         """Place candidates in order while there is room; ``strict`` stops at
@@ -205,8 +215,14 @@ class Planner:
                speed: float | None = None) -> Start | None:
         if self.inventory is None:
             return Start(candidate, shape, None, candidate.why or self._reason(candidate, shape))
-        placement = self.inventory.place(shape, prefer_fast=True if self.speed_aware else None, on=on,
-                                         speed=speed)
+        if self.speed_aware and speed is None and on is None and self._one_speed_fits(shape):
+            # GPUs of one speed, the fastest kind that has enough free: the slowest sets the pace.
+            speeds = sorted({d.speed for n in self.inventory.nodes for d in n.devices}, reverse=True)
+            placement = next((p for s in speeds
+                              if (p := self.inventory.place(shape, prefer_fast=True, speed=s))), None)
+        else:
+            placement = self.inventory.place(shape, prefer_fast=True if self.speed_aware else None,
+                                             on=on, speed=speed)
         if placement is None:
             return None
         self.inventory.hold(candidate.number, placement, shape)
