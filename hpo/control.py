@@ -150,7 +150,7 @@ class Controller:
                 trial = lifecycle.collect(store, self.engine, self._in_flight[number])
                 del self._in_flight[number]
                 if allocator:
-                    allocator.finished(number)
+                    allocator.finished(number, trial)
                 state, value = status_of(trial), trial.values[0] if trial.values else None
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = waiting_of(trial, maximize)
@@ -238,7 +238,7 @@ class Controller:
     def _lookahead(self, parallel: int) -> int:
         """Trials an allocator holds ready beyond the running ones: enough to
         choose the longest or form a flotilla from (a whole grid up to 256)."""
-        if self.spec.allocation.policy == "fifo" and not self.spec.allocation.placement == "speed":
+        if not self.spec.allocation.planned:
             return parallel
         return max(parallel, min(self.spec.max_trials, 256))
 

@@ -54,21 +54,18 @@ def limit_gpu_memory() -> None:
     share = float(os.environ.get("HPO_GPU_MEMORY_FRACTION") or 1.0)
     if share >= 1.0:
         return
-    import subprocess
-
     import tensorflow as tf
+
+    from hpo.engines._machine import gpu_memory_gb, visible_gpus
 
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return
-    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
-                          "-i", os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]],
-                         capture_output=True, text=True, timeout=30).stdout
-    total_mb = float(out.split()[0]) if out.strip() else 0.0
+    total_gb = gpu_memory_gb((visible_gpus() or ["0"])[0])
     for gpu in gpus:
-        if total_mb:
+        if total_gb:
             tf.config.set_logical_device_configuration(
-                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(total_mb * share))])
+                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=int(total_gb * 1024 * share))])
         else:
             tf.config.experimental.set_memory_growth(gpu, True)
 

@@ -344,9 +344,16 @@ def test_measured_rates_refine_a_gpus_speed(tmp_path):
     assert allocations_of(store.trial(trial_id))[0]["predicted_rate"] == 100.0  # recorded on the trial
     # The GPU declared as speed 1 trained it at 25 samples/s: it is slower than said.
     store.write(trial_id, f"{PROFILE_ATTR}1", {"rate": 25.0, "unit": "samples/s", "batch_s": 0.32})
-    allocator.finished(number)
+    allocator.finished(number, store.trial(trial_id))
     assert inventory.nodes[0].devices[0].speed == pytest.approx(0.625)  # halfway to 0.25
     assert inventory.free_gpus() == 1
+    # A later master resumes it: its allocation is added to the first, not written over it.
+    later = Allocator(store, Planner("longest_first", inventory=inventory), _Model(),
+                      lambda *args, **kwargs: None, spec)
+    later.resume(store.trial(trial_id), -1, "left unfinished by an earlier run")
+    assert len(later.starts(1)) == 1
+    assert [a["reason"] for a in allocations_of(store.trial(trial_id))][1] == \
+        "left unfinished by an earlier run"
 
 
 def test_speed_aware_growth_keeps_a_trial_on_gpus_of_one_speed():
@@ -363,3 +370,18 @@ def test_speed_aware_growth_keeps_a_trial_on_gpus_of_one_speed():
     planner.release(0)
     (mixed,) = planner.starts(8)
     assert mixed.placement.devices == ("0", "1", "2", "3")  # no node has 4 of one speed: mixed
+
+
+def test_the_keras_callback_profiles_the_training_rate():
+    import keras
+    import numpy as np
+
+    from hpo.keras import HpoCallback
+
+    model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    trial = hpo.Trial(0, {}, gpus=["0"], profile_batches=10)
+    model.fit(np.zeros((256, 4)), np.zeros(256), batch_size=8, epochs=1, verbose=0,
+              callbacks=[HpoCallback(trial, batch_size=8)])
+    assert (trial.profile["batches"], trial.profile["unit"]) == (10, "samples/s")
+    assert trial.profile["rate"] == pytest.approx(8 / trial.profile["batch_s"])

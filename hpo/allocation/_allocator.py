@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from functools import lru_cache
 from typing import Any, Callable
 
 import optuna
@@ -21,6 +20,7 @@ from hpo.allocation._inventory import Inventory
 from hpo.allocation._oracle import Oracle
 from hpo.allocation._planner import Candidate, Planner, Start, curve_from
 from hpo.allocation._shape import TrialShape
+from hpo.engines._machine import gpu_memory_gb
 from hpo.store import StudyStore
 from hpo.store.records import ALLOCATION_ATTR, allocations_of, profiles_of, run_of
 
@@ -38,9 +38,10 @@ class Allocator:
         self.store, self.planner, self.oracle = store, planner, oracle
         self._make_task, self._spec = make_task, spec
         self.refused: list[int] = []  # trial numbers failed before they ran
-        self._count: dict[int, int] = {}  # allocations recorded per trial
         self._placed: dict[int, Start] = {}
         self._grown_at = 0.0
+        # What a GPU holds, for the model's memory check (nvidia-smi asked once).
+        self._gpu_memory_gb = spec.allocation.gpu_memory_gb or (gpu_memory_gb() if oracle else None)
 
     @property
     def pending(self) -> int:
@@ -48,7 +49,8 @@ class Allocator:
 
     def propose(self, number: int, trial_id: int, params: dict[str, Any]) -> None:
         """A new trial, ready to run."""
-        self._add(Candidate(number, trial_id, params, self._spec.shape_of(params)))
+        self._add(Candidate(number, trial_id, params, self._spec.shape_of(params),
+                            config={**self._spec.fixed, **params}))
 
     def resume(self, trial: optuna.trial.FrozenTrial, after_segment: int, why: str | None) -> None:
         """A suspended or lost trial, on the GPU count it last had."""
@@ -59,7 +61,8 @@ class Allocator:
         if self.planner.policy == "rate":  # a grow asked for is done by this resumption
             self.store.set_resize(StudyStore.trial_id(trial), None)
         self._add(Candidate(trial.number, StudyStore.trial_id(trial), dict(trial.params), shape,
-                            after_segment=after_segment, resume=True, why=why),
+                            after_segment=after_segment, resume=True, why=why,
+                            config={**self._spec.fixed, **trial.params}, allocated=len(last)),
                   measured=profiles_of(trial))
 
     def starts(self, room: int) -> list[tuple[Any, bool]]:
@@ -72,11 +75,12 @@ class Allocator:
             tasks.append((self._task(start), start.candidate.resume))
         return tasks
 
-    def finished(self, number: int) -> None:
-        """Trial ``number``'s task is over: free its place, learn its GPU's speed."""
+    def finished(self, number: int, trial: optuna.trial.FrozenTrial) -> None:
+        """Trial ``number``'s task is over (``trial`` as stored then): free its
+        place, learn its GPU's speed."""
         start = self._placed.pop(number, None)
         if start is not None and start.placement is not None and self.oracle is not None:
-            self._learn_speed(start)
+            self._learn_speed(start, trial)
         self.planner.release(number)
 
     def drain(self) -> list[Candidate]:
@@ -95,7 +99,7 @@ class Allocator:
             if number not in running or start.candidate.curve is None or not start.shape.gpus >= 1:
                 continue
             trial = self.store.trial(running[number])
-            config = self._config(start.candidate)
+            config = start.candidate.config
             done = len(trial.intermediate_values) / max(self.oracle.cost(config).epochs, 1)
             left = self.oracle.samples(config) * max(1.0 - done, 0.0)
             state[number] = (start.candidate.curve, int(start.shape.gpus), left, _restart_s(trial))
@@ -110,30 +114,26 @@ class Allocator:
 
     # -- inside --------------------------------------------------------------------
 
-    def _config(self, candidate: Candidate) -> dict[str, Any]:
-        """What the trial's objective (and its cost model) is given."""
-        return {**self._spec.fixed, **candidate.params}
-
     def _add(self, candidate: Candidate, measured: dict | None = None) -> None:
         oracle = self.oracle
         if oracle is not None:
-            candidate.predicted_s = oracle.trial_s(self._config(candidate))
+            config = candidate.config
+            candidate.predicted_s = oracle.trial_s(config)
             if not self._fits_memory(candidate):
                 return
             per_node = self.planner.inventory.gpus_per_node if self.planner.inventory else 1
             rates = {int(k): v["rate"] for k, v in (measured or {}).items()
                      if k >= 1 and v.get("unit") == "samples/s" and float(k).is_integer()}
-            config = self._config(candidate)
             candidate.curve = curve_from(lambda m: oracle.rate(config, m), per_node, rates)
         self.planner.add(candidate)
 
     def _fits_memory(self, candidate: Candidate) -> bool:
         """Refuse, before it runs, a trial the cost model says overflows its GPU."""
-        limit = self._gpu_memory_gb()
+        limit = self._gpu_memory_gb
         shape = candidate.shape
         if not limit or not shape.gpus:
             return True
-        need = self.oracle.memory_gb(self._config(candidate), max(int(shape.gpus), 1))
+        need = self.oracle.memory_gb(candidate.config, max(int(shape.gpus), 1))
         room = limit * (shape.gpus if shape.shared else 1.0)
         if need <= room:
             return True
@@ -141,9 +141,6 @@ class Allocator:
                      f"the cost model predicts {need:.3g} GB per GPU and the trial has {room:.3g} GB "
                      "(lower its batch size or model, or give it more or bigger GPUs)")
         return False
-
-    def _gpu_memory_gb(self) -> float | None:
-        return self._spec.allocation.gpu_memory_gb or _visible_gpu_memory_gb()
 
     def _refuse(self, candidate: Candidate, kind: str, message: str) -> None:
         self.store.fail(candidate.trial_id, {"type": kind, "message": message})
@@ -164,15 +161,14 @@ class Allocator:
         if factor is None or self.oracle is None:
             return shape
         speed = start.placement.speed if start.placement else 1.0
-        predicted = self.oracle.trial_s(self._config(candidate), max(int(shape.gpus), 1), speed)
+        predicted = self.oracle.trial_s(candidate.config, max(int(shape.gpus), 1), speed)
         limit = factor * predicted
         return replace(shape, time_limit_s=min(limit, shape.time_limit_s or limit))
 
     def _record(self, start: Start, shape: TrialShape) -> None:
         """The allocation on the trial: shape, place, prediction, reason."""
         candidate, placement = start.candidate, start.placement
-        index = self._count.get(candidate.number, 0)
-        self._count[candidate.number] = index + 1
+        index, candidate.allocated = candidate.allocated, candidate.allocated + 1
         speed = placement.speed if placement else 1.0
         record: dict[str, Any] = {
             "at": time.time(), "gpus": shape.gpus, "cpus": shape.cpus, "nodes": shape.nodes,
@@ -183,7 +179,7 @@ class Allocator:
         }
         if self.oracle is not None:
             gpus = max(int(shape.gpus), 1)
-            config = self._config(candidate)
+            config = candidate.config
             record.update(predicted_rate=self.oracle.rate(config, gpus, speed),
                           predicted_step_s=self.oracle.step_s(config, gpus, speed),
                           predicted_s=self.oracle.trial_s(config, gpus, speed))
@@ -192,16 +188,15 @@ class Allocator:
         self.store.record_event(candidate.trial_id, "allocated", None,
                                 f"{shape.describe()}{where}: {start.reason}")
 
-    def _learn_speed(self, start: Start) -> None:
+    def _learn_speed(self, start: Start, trial: optuna.trial.FrozenTrial) -> None:
         """A one-GPU trial's measured rate against the model's at speed 1 says
         how fast its GPU is: the estimate moves halfway there."""
         if start.shape.gpus != 1 or len(start.placement.devices) != 1:
             return
-        trial = self.store.trial(start.candidate.trial_id)
         profile = profiles_of(trial).get(1.0)
         if not profile or profile.get("unit") != "samples/s":
             return
-        observed = profile["rate"] / self.oracle.rate(self._config(start.candidate), 1, 1.0)
+        observed = profile["rate"] / self.oracle.rate(start.candidate.config, 1, 1.0)
         node = next(n for n in self.planner.inventory.nodes if n.host == start.placement.hosts[0]
                     and n.worker == start.placement.workers[0])
         device = next(d for d in node.devices if d.id == start.placement.devices[0])
@@ -216,26 +211,12 @@ def _restart_s(trial: optuna.trial.FrozenTrial) -> float | None:
     return max(firsts[-1] - started, 0.0) if started and firsts else None
 
 
-@lru_cache(maxsize=1)
-def _visible_gpu_memory_gb() -> float | None:
-    """The smallest visible GPU's memory (nvidia-smi), or None without GPUs."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    sizes = [float(line) for line in out.split() if line.strip().replace(".", "", 1).isdigit()]
-    return min(sizes) / 1024 if sizes else None
-
-
 def make_allocator(spec: Any, engine: Any, store: StudyStore, objective: Any, cache: Any,
                    make_task: Callable[..., Any]) -> Allocator | None:
     """The allocator of a study, or None when trials simply run on their
     configured shape wherever the engine puts them."""
     alloc = spec.allocation
-    smallest, largest = spec.shape_bounds
+    largest = spec.shape_bounds[1]
     inventory: Inventory | None = engine.inventory() if (largest.gpus or largest.nodes > 1
                                                          or alloc.planned) else None
     if not (alloc.planned or spec.resources.varies or inventory is not None):

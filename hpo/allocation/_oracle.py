@@ -10,7 +10,6 @@ the function does not time itself are timed once per shape on this machine
 from __future__ import annotations
 
 import importlib
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -80,14 +79,7 @@ def _resolve(reference: str) -> Callable[[dict[str, Any]], ModelCost]:
     return getattr(importlib.import_module(module), name)
 
 
-@lru_cache(maxsize=None)
-def _beside_reference(objective: str) -> Callable | None:
-    module = importlib.import_module(objective.partition(":")[0])
-    return getattr(module, "cost", None)
-
-
 def _beside(objective: Any) -> Callable | None:
-    if isinstance(objective, str):
-        return _beside_reference(objective)
-    module = importlib.import_module(getattr(objective, "__module__", "") or "builtins")
-    return getattr(module, "cost", None)
+    """The ``cost`` function of the objective's module, if it has one."""
+    module = objective.partition(":")[0] if isinstance(objective, str) else objective.__module__
+    return getattr(importlib.import_module(module), "cost", None)

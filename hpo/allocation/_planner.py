@@ -21,6 +21,7 @@ short ones.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -47,6 +48,8 @@ class Candidate:
     why: str | None = None
     predicted_s: float | None = None  # its whole run on one GPU of speed 1 (cost model)
     curve: RateCurve | None = None  # its training rate by GPU count
+    config: dict[str, Any] = field(default_factory=dict)  # what its objective and cost model get
+    allocated: int = 0  # allocations recorded on it so far (by earlier runs too)
 
 
 @dataclass(frozen=True)
@@ -97,9 +100,8 @@ class Planner:
 
     def starts(self, room: int) -> list[Start]:
         """The candidates that start now (at most ``room``), resumed ones first."""
-        order = sorted(self._pending, key=lambda c: not c.resume)  # stable: proposal order
-        resumed = [c for c in order if c.resume]
-        fresh = [c for c in order if not c.resume]
+        resumed = [c for c in self._pending if c.resume]
+        fresh = [c for c in self._pending if not c.resume]
         chosen = self._place_in_order(resumed, room, strict=True)
         room -= len(chosen)
         if self.policy == "rate" and self.inventory is not None and fresh:
@@ -331,6 +333,7 @@ def curve_from(rate_of: Callable[[int], float], per_node: int, measured: dict[in
                ) -> RateCurve:
     """A rate curve: the measured rates, scaled by ``rate_of`` (a cost model)
     to the counts not measured."""
+    rate_of = functools.lru_cache(maxsize=None)(rate_of)  # flotillas ask the same counts again
     measured = dict(measured or {})
     measured.setdefault(1, rate_of(1))
     return RateCurve(measured, max(per_node, 1), scaling=lambda m: rate_of(m) / rate_of(1))

@@ -18,7 +18,7 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 __all__ = ["TrialShape", "Amount", "parse_amount", "check_shape"]
@@ -81,10 +81,15 @@ class Amount:
 
     text: str
     names: tuple[str, ...]
+    # Parsed once: the master evaluates it for every trial.
+    tree: ast.expr = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tree", ast.parse(self.text, mode="eval").body)
 
     def value(self, config: Mapping[str, Any]) -> float:
         """The amount for ``config``; KeyError names a parameter it lacks."""
-        return _evaluate(ast.parse(self.text, mode="eval").body, config)
+        return _evaluate(self.tree, config)
 
     def __str__(self) -> str:
         return self.text

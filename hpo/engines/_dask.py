@@ -137,10 +137,9 @@ class DaskEngine(Engine):
         from distributed import LocalCluster
 
         ids = visible_gpus()
-        per_trial = self.gpus or 1
-        threads = max(1, min(int(len(ids) / per_trial + 1e-9), CPU_COUNT // max(self.cpus, 1) or 1))
+        fit = min(int(len(ids) / (self.gpus or 1) + 1e-9), CPU_COUNT // self.cpus)
         return LocalCluster(
-            n_workers=1, threads_per_worker=self.workers and min(self.workers, threads) or threads,
+            n_workers=1, threads_per_worker=max(1, min(self.workers or fit, fit)),
             processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
             resources={"GPU": len(ids), "CPU": CPU_COUNT},
             env={"CUDA_VISIBLE_DEVICES": ",".join(ids)},
@@ -156,11 +155,9 @@ class DaskEngine(Engine):
         wanted = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
         if self._declares_cpu:
             wanted["CPU"] = big_cpus
-        fits = [min((r.get(k, 0) // v for k, v in wanted.items()), default=w["nthreads"])
-                for r, w in zip(declared, workers)]
+        fits = [_how_many(r, w["nthreads"], wanted) for r, w in zip(declared, workers)]
         small = self._requests(self.cpus, self.gpus)
-        slots = [min(min((r.get(k, 0) / v for k, v in small.items()), default=w["nthreads"]),
-                     w["nthreads"]) for r, w in zip(declared, workers)]
+        slots = [min(_how_many(r, w["nthreads"], small), w["nthreads"]) for r, w in zip(declared, workers)]
         if not any(fits):
             have = sorted({" ".join(f"{k}={v}" for k, v in r.items()) or "none" for r in declared})
             need = " ".join(f"{k}={v}" for k, v in wanted.items())
@@ -169,7 +166,7 @@ class DaskEngine(Engine):
                 f"{', '.join(have)}.\n"
                 f"  fix: start workers with --resources \"{need}\", or lower \"resources\" in the space"
             )
-        self._slots = max(1, int(sum(int(n + 1e-9) for n in slots)))
+        self._slots = max(1, sum(slots))
 
     def _requests(self, cpus: int, gpus: float) -> dict[str, float]:
         """The Dask resources a trial of ``cpus`` and ``gpus`` asks for."""
@@ -273,6 +270,12 @@ class DaskEngine(Engine):
             logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
+
+
+def _how_many(resources: dict[str, float], nthreads: int, wanted: dict[str, float]) -> int:
+    """How many tasks asking ``wanted`` a worker offering ``resources`` holds
+    (its threads when nothing is asked); GPU shares are fractions."""
+    return int(min((resources.get(k, 0) / v for k, v in wanted.items()), default=nthreads) + 1e-9)
 
 
 def hold_node(task: TrialTask, key: str) -> None:

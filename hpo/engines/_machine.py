@@ -8,7 +8,7 @@ import subprocess
 
 from hpo.errors import EngineError
 
-__all__ = ["visible_gpus", "node_cores", "trials_per_node", "refuse_beyond_this_machine"]
+__all__ = ["visible_gpus", "gpu_memory_gb", "node_cores", "trials_per_node", "refuse_beyond_this_machine"]
 
 
 def visible_gpus() -> list[str]:
@@ -21,6 +21,19 @@ def visible_gpus() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_memory_gb(gpu: str | None = None) -> float | None:
+    """The memory of GPU ``gpu`` (an nvidia-smi index), else of the smallest
+    GPU; None where nvidia-smi shows none."""
+    command = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(command + (["-i", gpu] if gpu else []), capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    sizes = [float(line) for line in out.split() if line.replace(".", "", 1).isdigit()]
+    return min(sizes) / 1024 if sizes else None
 
 
 def node_cores() -> int:

@@ -23,7 +23,7 @@ import os
 import re
 import stat
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -354,9 +354,10 @@ class StudySpec:
         """The resources the trial of ``config`` runs on."""
         return self.resources.shape(config)
 
-    @property
+    @cached_property
     def shape_bounds(self) -> tuple[TrialShape, TrialShape]:
-        """The smallest and the largest trial shape, amount by amount."""
+        """The smallest and the largest trial shape, amount by amount (over up
+        to 4,096 configurations: computed once)."""
         return shape_bounds(self)
 
     @property

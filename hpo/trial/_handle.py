@@ -204,6 +204,7 @@ class Trial:
         self.profile_batches = profile_batches
         self.profile: dict[str, Any] | None = None
         self._batch_ends: list[float] = []
+        self._batch_samples: int | None = None
         self._link = _link
 
     @property
@@ -219,14 +220,14 @@ class Trial:
         if self.profile is not None or not self.profile_batches:
             return
         self._batch_ends.append(time.perf_counter())
-        self._samples = samples
+        self._batch_samples = samples
         if len(self._batch_ends) > self.profile_batches:  # that many durations timed
             self._record_profile()
 
     def _record_profile(self) -> None:
         """Record the rate of the batches timed so far (a trial shorter than
         its profile is profiled on what it ran)."""
-        ends, samples = self._batch_ends, getattr(self, "_samples", None)
+        ends, samples = self._batch_ends, self._batch_samples
         if self.profile is not None or len(ends) < 2:
             return
         last = [b - a for a, b in zip(ends, ends[1:])][-_AVERAGED:]
