@@ -24,6 +24,9 @@ __all__ = ["make_app", "PAGE_SIZE"]
 
 PAGE_SIZE = 50
 _GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+# A live refresh re-draws the open view; Dash's default hides it until the new
+# one arrives, so a slow refresh blanked the page under the reader's eyes.
+_STILL_SHOWN = {"visibility": "visible", "opacity": 0.6}
 
 
 def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
@@ -72,7 +75,7 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
         dcc.Tabs(id="tabs", value="leaderboard", children=tabs),
         board,
         picker,
-        dcc.Loading(html.Div(id="view"), delay_show=300),
+        dcc.Loading(html.Div(id="view"), delay_show=300, overlay_style=_STILL_SHOWN),
     ])
     _wire(app, reader)
     return app
