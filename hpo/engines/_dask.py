@@ -284,9 +284,9 @@ def hold_node(task: TrialTask, key: str) -> None:
     trial is over, or the trial has ended in the store (a master lost)."""
     from distributed import Event
 
-    event = Event(key)
+    event, store = Event(key), task.open_store()
     while not event.wait(timeout=_HOLD_CHECK_S):
-        if task.open_store().trial(task.trial_id).state.is_finished():
+        if store.trial(task.trial_id).state.is_finished():
             return
 
 
