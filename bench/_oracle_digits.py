@@ -23,10 +23,10 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import keras  # noqa: E402
 
-from hpo.allocation._cost import profile_keras, step_time  # noqa: E402
+from hpo.allocation import profile_keras, step_time  # noqa: E402
 from hpo.examples import keras_digits  # noqa: E402
-from hpo.examples._data import load_digits_split  # noqa: E402
-from hpo.examples._training import make_optimizer  # noqa: E402
+from hpo.examples.datasets import load_digits_split  # noqa: E402
+from hpo.examples.keras_training import make_optimizer  # noqa: E402
 
 
 class _EpochTimes(keras.callbacks.Callback):

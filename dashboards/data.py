@@ -25,7 +25,7 @@ import optuna
 
 from hpo.results import StudyResult, TrialRecord, record_fields
 from hpo.store import RunDir, StudyStore
-from hpo.store._snapshot import is_placeholder, records_read
+from hpo.store import is_placeholder, records_read
 from hpo.store.records import allocations_of, grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]

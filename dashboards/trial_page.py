@@ -22,7 +22,7 @@ from hpo.dashboards import leaderboard
 from hpo.dashboards.data import Snapshot, TrialView, worker_label
 from hpo.dashboards.style import STATE_COLOURS, base_layout, plain
 from hpo.store import RunDir
-from hpo.trial._log import LOG_NAME
+from hpo.trial import LOG_NAME
 from hpo.units import format_resource_time, format_seconds, format_value
 
 __all__ = ["TrialDetails", "details", "page", "metrics_figure", "LOG_TAIL_BYTES"]

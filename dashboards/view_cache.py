@@ -4,7 +4,7 @@ there with those trials left out.
 
 A finished trial never changes, so a cold reader takes its view from here
 and lets Optuna replay only the records after the snapshot
-(:mod:`hpo.store._snapshot` checks that the journal still starts with what
+(:func:`hpo.store.read_snapshot` checks that the journal still starts with what
 the snapshot covers). Loading 100,000 views this way takes about a second;
 replaying the journal and building the views again took ten.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from hpo.dashboards.data import TrialView
 from hpo.store import StudyStore
-from hpo.store._snapshot import Mark, read_snapshot, replay_dump, write_snapshot
+from hpo.store import Mark, read_snapshot, replay_dump, write_snapshot
 from hpo.store.records import Cost, TrialStatus
 
 __all__ = ["VIEWS_SNAPSHOT", "load", "save"]

@@ -56,7 +56,7 @@ def limit_gpu_memory() -> None:
         return
     import tensorflow as tf
 
-    from hpo.engines._machine import gpu_memory_gb, visible_gpus
+    from hpo.machine import gpu_memory_gb, visible_gpus
 
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:

@@ -19,7 +19,7 @@ from hpo.errors import UsageError
 from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
 from hpo.store.records import ENDED_BY_ATTR, allocations_of, attr_of, grouped_attrs, profiles_of, run_of
-from hpo.trial._log import log_path
+from hpo.trial import log_path
 from hpo.units import format_number, format_resource_time, format_seconds
 
 __all__ = ["trial_details"]

@@ -138,8 +138,8 @@ def measured_step_time(config: dict, epochs: int = 8) -> float:
     time over steps, for the fastest epoch after the first (tracing)."""
     import keras
 
-    from hpo.examples._data import load_digits_split
-    from hpo.examples._training import make_optimizer
+    from hpo.examples.datasets import load_digits_split
+    from hpo.examples.keras_training import make_optimizer
     from hpo.examples.keras_digits import build_model
 
     (x_train, y_train), validation = load_digits_split()

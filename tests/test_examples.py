@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from hpo.examples import _data, sklearn_digits, toy  # noqa: E402
+from hpo.examples import datasets, sklearn_digits, toy  # noqa: E402
 
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -120,7 +120,7 @@ def _write_idx(directory: Path, n_train=20, n_test=10, gz=True, rows=28, cols=28
 @pytest.mark.parametrize("gz", [True, False])
 def test_mnist_idx_loader(tmp_path, gz):
     written = _write_idx(tmp_path, gz=gz)
-    (x_tr, y_tr), (x_te, y_te) = _data.load_mnist(tmp_path)
+    (x_tr, y_tr), (x_te, y_te) = datasets.load_mnist(tmp_path)
     assert x_tr.shape == (20, 28, 28) and x_te.shape == (10, 28, 28)
     assert x_tr.dtype == np.uint8 and y_tr.dtype == np.uint8
     np.testing.assert_array_equal(x_tr, written["train"][0])
@@ -137,7 +137,7 @@ def test_mnist_npz_loader_and_env(tmp_path, monkeypatch):
     }
     np.savez(tmp_path / "mnist.npz", **arrays)
     monkeypatch.setenv("HPO_MNIST_PATH", str(tmp_path / "mnist.npz"))
-    (x_tr, y_tr), (x_te, y_te) = _data.load_mnist()
+    (x_tr, y_tr), (x_te, y_te) = datasets.load_mnist()
     assert x_tr.shape == (12, 28, 28) and y_te.shape == (6,)
     np.testing.assert_array_equal(y_tr, arrays["y_train"])
     np.testing.assert_array_equal(x_te, arrays["x_test"])
@@ -148,41 +148,41 @@ def test_mnist_bad_magic_and_truncation(tmp_path):
     with gzip.open(tmp_path / "train-labels-idx1-ubyte.gz", "wb") as f:
         f.write(struct.pack(">II", 2051, 20) + bytes(20))
     with pytest.raises(ValueError, match=r"bad magic number 2051.*expected 2049"):
-        _data.load_mnist(tmp_path)
+        datasets.load_mnist(tmp_path)
     with gzip.open(tmp_path / "x.gz", "wb") as f:
         f.write(struct.pack(">IIII", 2051, 5, 28, 28) + bytes(100))
     with pytest.raises(ValueError, match="truncated"):
-        _data.read_idx_images(tmp_path / "x.gz")
+        datasets.read_idx_images(tmp_path / "x.gz")
 
 
 def test_mnist_found_in_debians_directory_without_a_variable(tmp_path, monkeypatch):
     """Where dataset-fashion-mnist is installed, nothing needs setting."""
     monkeypatch.delenv("HPO_MNIST_PATH", raising=False)
     written = _write_idx(tmp_path)
-    monkeypatch.setattr(_data, "MNIST_DEFAULT_DIRS", (tmp_path / "absent", tmp_path))
-    assert _data.locate_mnist() == tmp_path.resolve()
-    (x_tr, _), _ = _data.load_mnist()
+    monkeypatch.setattr(datasets, "MNIST_DEFAULT_DIRS", (tmp_path / "absent", tmp_path))
+    assert datasets.locate_mnist() == tmp_path.resolve()
+    (x_tr, _), _ = datasets.load_mnist()
     np.testing.assert_array_equal(x_tr, written["train"][0])
     monkeypatch.setenv("HPO_MNIST_PATH", str(tmp_path / "elsewhere"))  # a variable still wins
     with pytest.raises(FileNotFoundError, match="elsewhere"):
-        _data.locate_mnist()
+        datasets.locate_mnist()
 
 
 def test_mnist_missing_path_says_where_and_how(tmp_path, monkeypatch):
     monkeypatch.delenv("HPO_MNIST_PATH", raising=False)
-    monkeypatch.setattr(_data, "MNIST_DEFAULT_DIRS", ())  # as on a machine without the package
+    monkeypatch.setattr(datasets, "MNIST_DEFAULT_DIRS", ())  # as on a machine without the package
     with pytest.raises(FileNotFoundError) as err:
-        _data.load_mnist()
+        datasets.load_mnist()
     message = str(err.value)
     assert "HPO_MNIST_PATH" in message and "train-images-idx3-ubyte.gz" in message
     assert "t10k-labels-idx1-ubyte.gz" in message and "dataset-fashion-mnist" in message
     with pytest.raises(FileNotFoundError, match="does not exist") as err:
-        _data.load_mnist(tmp_path / "nowhere")
+        datasets.load_mnist(tmp_path / "nowhere")
     assert str(tmp_path / "nowhere") in str(err.value)
     (tmp_path / "partial").mkdir()
     (tmp_path / "partial" / "train-images-idx3-ubyte.gz").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="lacks train-labels-idx1-ubyte.gz"):
-        _data.load_mnist(tmp_path / "partial")
+        datasets.load_mnist(tmp_path / "partial")
 
 
 def _write_cifar(directory: Path, per_batch=16, n_test=8):
@@ -205,7 +205,7 @@ def test_cifar_loader(tmp_path):
     with open(root / "data_batch_1", "rb") as f:
         first = pickle.load(f)
     for path in (root, tmp_path):  # the directory itself or its parent
-        (x_tr, y_tr), (x_te, y_te) = _data.load_cifar10(path)
+        (x_tr, y_tr), (x_te, y_te) = datasets.load_cifar10(path)
         assert x_tr.shape == (80, 32, 32, 3) and x_te.shape == (8, 32, 32, 3)
         assert x_tr.dtype == np.uint8 and y_tr.dtype == np.uint8 and y_tr.shape == (80,)
         # channels-first planes became channels-last: pixel (0, 0) of image 0
@@ -217,11 +217,11 @@ def test_cifar_loader(tmp_path):
 def test_cifar_missing_path(tmp_path, monkeypatch):
     monkeypatch.delenv("HPO_CIFAR10_PATH", raising=False)
     with pytest.raises(FileNotFoundError, match="HPO_CIFAR10_PATH") as err:
-        _data.load_cifar10()
+        datasets.load_cifar10()
     assert "cifar-10-batches-py" in str(err.value) and "toronto" in str(err.value)
     monkeypatch.setenv("HPO_CIFAR10_PATH", str(tmp_path / "none"))
     with pytest.raises(FileNotFoundError, match="HPO_CIFAR10_PATH"):
-        _data.load_cifar10()
+        datasets.load_cifar10()
 
 
 # ---------------------------------------------------------------- keras

@@ -20,7 +20,7 @@ from hpo.allocation._inventory import Inventory
 from hpo.allocation._oracle import Oracle
 from hpo.allocation._planner import Candidate, Planner, Start, curve_from
 from hpo.allocation._shape import TrialShape
-from hpo.engines._machine import gpu_memory_gb
+from hpo.machine import gpu_memory_gb
 from hpo.store import StudyStore
 from hpo.store.records import ALLOCATION_ATTR, allocations_of, profiles_of, run_of
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["TrialShape", "Amount", "parse_amount", "check_shape"]
+__all__ = ["TrialShape", "Amount", "parse_amount", "check_shape", "sample_configs"]
 
 _FUNCTIONS: dict[str, Callable[..., float]] = {
     "min": min, "max": max, "ceil": math.ceil, "floor": math.floor, "round": round, "abs": abs,

@@ -13,7 +13,7 @@ from hpo.engines._base import Engine
 from hpo.engines._compss import CompssEngine, under_compss_runtime
 from hpo.engines._dask import DaskEngine
 from hpo.engines._inline import InlineEngine
-from hpo.engines._machine import trials_per_node, visible_gpus
+from hpo.machine import trials_per_node, visible_gpus
 from hpo.errors import UsageError
 from hpo.registry import ENGINES
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from hpo.engines._base import Engine
-from hpo.engines._machine import refuse_beyond_this_machine
+from hpo.machine import refuse_beyond_this_machine
 from hpo.trial import TrialTask, run_trial
 
 __all__ = ["InlineEngine"]

@@ -8,6 +8,9 @@
 * :mod:`hpo.examples.sklearn_digits` -- ``SGDClassifier`` trained epoch by epoch.
 * :mod:`hpo.examples.toy` -- ``sleep``, ``quadratic``, ``fail``, ``nan``, ``slow``
   for tests and benchmarks.
+* :mod:`hpo.examples.datasets` -- the local data they load (digits, MNIST-format
+  files, CIFAR-10), with errors saying how to get it;
+  :mod:`hpo.examples.keras_training` -- the Keras examples' training loop.
 
 Importing this package imports nothing heavy; the Keras modules import Keras.
 """

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any
 
-from hpo.allocation._cost import Layer, ModelCost
+from hpo.allocation import Layer, ModelCost
 
 
 def _own(config: dict[str, Any]) -> dict[str, Any]:

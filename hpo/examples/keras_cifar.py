@@ -28,8 +28,8 @@ from typing import Any  # noqa: E402
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from hpo.examples._data import load_cifar10, locate_cifar10, subsample  # noqa: E402
-from hpo.examples._training import epochs_from, fit  # noqa: E402
+from hpo.examples.datasets import load_cifar10, locate_cifar10, subsample  # noqa: E402
+from hpo.examples.keras_training import epochs_from, fit  # noqa: E402
 
 __all__ = ["train", "build_model", "load_data", "check_data"]
 

@@ -9,7 +9,7 @@ case), ``learning_rate`` (1e-3), ``units`` (64), ``num_epochs`` (10),
 ``batch_size`` (32), ``dropout`` (0.0), ``seed`` (0).
 
 :func:`cost` describes a configuration to the cost model of
-:mod:`hpo.allocation._cost` (time per step, memory).
+:mod:`hpo.allocation` (time per step, memory).
 
 Returns the metrics of the best epoch (highest ``val_accuracy``, the first
 one on ties): ``{"val_accuracy", "val_loss", "accuracy", "loss"}``.
@@ -26,9 +26,9 @@ from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 
-from hpo.allocation._cost import Layer, ModelCost  # noqa: E402
-from hpo.examples._data import load_digits_split  # noqa: E402
-from hpo.examples._training import epochs_from, fit  # noqa: E402
+from hpo.allocation import Layer, ModelCost  # noqa: E402
+from hpo.examples.datasets import load_digits_split  # noqa: E402
+from hpo.examples.keras_training import epochs_from, fit  # noqa: E402
 
 __all__ = ["train", "build_model", "cost"]
 

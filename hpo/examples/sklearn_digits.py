@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from hpo.examples._data import load_digits_split
+from hpo.examples.datasets import load_digits_split
 
 __all__ = ["train", "train_mlp"]
 

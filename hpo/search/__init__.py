@@ -14,13 +14,16 @@ import optuna
 
 from hpo.registry import ALGORITHMS, SAMPLERS
 from hpo.search._base import Proposal, ProposalSampler, Searcher
-from hpo.search._samplers import GridSearcher, SamplerSearcher, gp_sampler, random_sampler, tpe_sampler
+from hpo.search._paused import paused_view
+from hpo.search._samplers import (
+    GridSearcher, SamplerSearcher, gp_sampler, random_sampler, startup_trials, tpe_sampler,
+)
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
 __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_study", "open_search",
-           "random_sampler", "tpe_sampler", "gp_sampler"]
+           "random_sampler", "tpe_sampler", "gp_sampler", "startup_trials", "paused_view"]
 
 
 def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:

@@ -29,7 +29,7 @@ from typing import Any, Callable, NoReturn
 
 from optuna.distributions import BaseDistribution
 
-from hpo.allocation._shape import Amount, TrialShape, check_shape, parse_amount, sample_configs
+from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
 from hpo.errors import SpaceError, closest
 from hpo import registry
 from hpo.space._conditions import check_conditions, is_active, ordered, unnest

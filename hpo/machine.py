@@ -1,5 +1,6 @@
-"""What this machine offers the engines that run trials on it (the embedded
-Dask cluster, the inline engine): its CPU share and its visible GPUs."""
+"""What this machine offers the trials that run on it (the embedded Dask
+cluster, the inline engine, the allocator, a framework's memory limit): its
+CPU share and its visible GPUs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The training loop the Keras examples share: compile, fit with reports, best epoch."""
+"""The training loop the Keras examples share: compile, fit with reports, best epoch
+(imports Keras)."""
 
 from __future__ import annotations
 
