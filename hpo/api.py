@@ -17,9 +17,7 @@ from hpo.engines import Engine, make_engine
 from hpo.errors import EngineError, UsageError
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
-from hpo.store import RunDir
-from hpo.store._relay import relay_interface, serve_journal
-from hpo.store._storage_url import check_storage_url
+from hpo.store import RunDir, check_storage_url
 from hpo.trial import Objective, preflight, reference_of, resolve_objective
 
 __all__ = ["run", "prepare"]
@@ -91,7 +89,9 @@ def run(
     sampler, pruner:
         Optuna objects used instead of the space's ``search`` algorithm and
         ``early_stopping.pruner``, as ``optuna.create_study`` takes them. The
-        pruner travels to the workers with each task: it must pickle.
+        pruner is asked in the master, on its replica of the study, as Optuna
+        asks it (its cost grows with the study: the space's named pruners
+        keep their statistics as reports land instead).
     scheduler, workers:
         For dask: an existing scheduler's address or scheduler file; or the
         number of worker processes of the embedded cluster.
@@ -142,12 +142,10 @@ def run(
             say(f"{chosen.name} engine ready: {chosen.slots} trial slots; the first results "
                 "come as the first trials end")
             storage_url = run_dir.create(record, storage, allow_changes)
-            # One writer for the study: every process's appends, group-committed.
-            with serve_journal(storage_url, *relay_interface(chosen.local)) as writers_url:
-                controller = Controller(spec, run_dir, writers_url, chosen,
-                                        objective=objective if callable(objective) else None,
-                                        sampler=sampler, pruner=pruner, progress=progress)
-                result = controller.run()
+            controller = Controller(spec, run_dir, storage_url, chosen,
+                                    objective=objective if callable(objective) else None,
+                                    sampler=sampler, pruner=pruner, progress=progress)
+            result = controller.run()
             # Readers (hpo status, the dashboard) start from it instead of
             # replaying the whole journal; a small study writes none.
             run_dir.save_snapshot()

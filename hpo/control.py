@@ -16,24 +16,24 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
 import optuna
 
 from hpo import lifecycle
-from hpo.allocation._allocator import Allocator, make_allocator
+from hpo.allocation import Allocator, make_allocator
 from hpo.engines import Engine
 from hpo.errors import EngineLost, StopRequested
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
+from hpo.pruning import make_pruning
 from hpo.results import StudyResult
 from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
-from hpo.search import Searcher, create_study, open_search
-from hpo.search._samplers import startup_trials
+from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
-from hpo.store import RunDir, StudyStore, open_storage
+from hpo.store import RunDir, StudyRelay, StudyStore, context_of, relay_interface
 from hpo.store.records import TrialStatus, run_of, status_of
 from hpo.trial import Objective, TrialTask
 
@@ -59,6 +59,9 @@ class Controller:
     progress: bool = True
     _in_flight: dict[int, InFlight] = field(default_factory=dict, init=False)
     _allocator: Allocator | None = field(default=None, init=False)
+    _store: StudyStore | None = field(default=None, init=False)
+    _relay: StudyRelay | None = field(default=None, init=False)
+    _writers_url: str = field(default="", init=False)
 
     @cached_property
     def _policy(self) -> Policy | None:
@@ -71,8 +74,24 @@ class Controller:
         return QuantumRule.of(self.spec.scheduling, self.spec.metric.direction == "maximize")
 
     def run(self) -> StudyResult:
-        study = create_study(self.spec, open_storage(self.storage_url))
-        store = StudyStore.of(study)
+        """Run the study to its end, through the study's relay: the one reader
+        and sequencer of its store while the master runs."""
+        spec = self.spec
+        pruning = make_pruning(asdict(spec.early_stopping), maximize=spec.metric.direction == "maximize",
+                               study_name=spec.name, metric=spec.metric.name, pruner=self.pruner)
+        host, advertised = relay_interface(self.engine.local)
+        with StudyRelay(self.storage_url, spec.name, pruning=pruning, control=self.run_dir.control_file,
+                        host=host, advertised=advertised) as relay:
+            study = create_study(spec, relay.storage)
+            if hasattr(pruning, "attach"):  # an Optuna pruner object reads the replica
+                pruning.attach(study)
+            self._writers_url = relay.writers_url
+            self._relay = relay
+            return self._run(study)
+
+    def _run(self, study: optuna.Study) -> StudyResult:
+        store = self._store = StudyStore.of(study)
+        self.engine.follow(lambda task: lifecycle.task_over(store, task))
         lifecycle.await_live_trials(store, self.progress)
         lifecycle.cancel_never_started(store)
         if (store.stop() or {}).get("reason") == "target":
@@ -146,7 +165,10 @@ class Controller:
                 if allocator and allocator.pending and not stopping:
                     raise RuntimeError(f"{allocator.pending} trials wait and none can start")
                 break
-            for number in lifecycle.finished(self.engine, self._in_flight, _POLL_S):
+            ended = lifecycle.finished(self.engine, self._in_flight, _POLL_S)
+            if ended:
+                self._relay.catch_up()  # ends written around the relay, by unreachable workers
+            for number in ended:
                 trial = lifecycle.collect(store, self.engine, self._in_flight[number])
                 del self._in_flight[number]
                 if allocator:
@@ -231,9 +253,12 @@ class Controller:
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
               after_segment: int = -1, **allocation: Any) -> TrialTask:
-        return TrialTask.for_trial(self.spec, self.run_dir, self.storage_url, number, trial_id,
+        """The task of a trial, with what the replica holds of it (its
+        process never reads the store)."""
+        context = context_of(self._store.trial(trial_id))
+        return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
-                                   objective=self.objective, pruner=self.pruner, **allocation)
+                                   objective=self.objective, context=context, **allocation)
 
     def _lookahead(self, parallel: int) -> int:
         """Trials an allocator holds ready beyond the running ones: enough to

@@ -34,7 +34,7 @@ from hpo.store.records import (
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
 
 __all__ = [
-    "InFlight", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
+    "InFlight", "task_over", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
     "cancel_pending", "suspend_running", "stop_suspended", "resume_lost", "LOST_TASK_RETRIES",
 ]
 
@@ -93,6 +93,14 @@ def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
 
 
 # -- while the study runs ----------------------------------------------------------
+
+
+def task_over(store: StudyStore, task: TrialTask) -> bool:
+    """Whether the store says ``task`` is over: its trial finished or
+    suspended again after a later segment, or it started and fell silent
+    (its worker died: COMPSs ignores the failure)."""
+    trial = store.trial(task.trial_id)
+    return task_done(trial, task.after_segment) or fell_silent(trial)
 
 
 def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:

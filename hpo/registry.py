@@ -8,8 +8,8 @@ the space layer imports it without reaching up into the layers it names.
 
 >>> PRUNERS.names
 ('none', 'median', 'asha', 'hyperband')
->>> type(PRUNERS.make("median", min_steps=2)).__name__
-'MedianPruner'
+>>> type(PRUNERS.make("median", min_steps=2, maximize=True)).__name__
+'MedianPruning'
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ SAMPLERS = Registry("sampler", {
 })
 PRUNERS = Registry("pruner", {
     "none": None,
-    "median": "hpo.pruning:median_pruner",
-    "asha": "hpo.pruning:asha_pruner",
-    "hyperband": "hpo.pruning:hyperband_pruner",
+    "median": "hpo.pruning:median_pruning",
+    "asha": "hpo.pruning:asha_pruning",
+    "hyperband": "hpo.pruning:hyperband_pruning",
 })
 # FIFO runs every trial to its end: no segments, nothing to choose.
 POLICIES = Registry("scheduling policy", {

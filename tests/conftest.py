@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
@@ -18,9 +23,10 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPSS_DOUBLE = Path(__file__).parent / "compss_double"
+STORAGE_SPY = Path(__file__).parent / "storage_spy"
 # Not test modules: the double must only be importable inside the ``compss``
 # fixture (collecting its docstrings would leave it on sys.path for good).
-collect_ignore = ["compss_double", "engine_driver.py"]
+collect_ignore = ["compss_double", "engine_driver.py", "storage_spy"]
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +82,41 @@ def toy_space(name: str, objective: str = "hpo.examples.toy:quadratic", **extra)
         else:
             space[key] = value
     return space
+
+
+class ServedStudy:
+    """A study behind its relay, as a master serves it: tasks filled as the
+    master fills them (:func:`served_study`)."""
+
+    def __init__(self, relay, name: str, control: Path) -> None:
+        from hpo.store import StudyStore
+
+        self.relay, self.name, self.control = relay, name, control
+        self.store = StudyStore(relay.storage, name)
+
+    def new_trial(self) -> tuple[int, int]:
+        return self.store.create_trial({}, {})
+
+    def task(self, trial_id: int, number: int, **fields):
+        """The task of a trial, with the replica's view of it (its context)."""
+        from hpo.store import context_of
+        from hpo.trial import TrialTask
+
+        return TrialTask(storage=self.relay.writers_url, study_name=self.name, trial_id=trial_id,
+                         number=number, control=str(self.control),
+                         context=context_of(self.store.trial(trial_id)), **fields)
+
+
+@contextmanager
+def served_study(journal: Path, name: str, direction: str = "maximize", pruning=None):
+    """Study ``name`` in ``journal`` behind a relay while the block runs."""
+    from hpo.store import StudyRelay
+
+    control = journal.with_name(f"{journal.stem}.control.json")
+    with StudyRelay(str(journal), name, pruning=pruning, control=control) as relay:
+        optuna.create_study(study_name=name, storage=relay.storage, direction=direction,
+                            load_if_exists=True)
+        yield ServedStudy(relay, name, control)
 
 
 def stop_processes(procs) -> None:
@@ -136,3 +177,59 @@ def space(tmp_path) -> Path:
     path = tmp_path / "toy.json"
     path.write_text(json.dumps(toy_space("toy")))
     return path
+
+
+# -- a PostgreSQL server ---------------------------------------------------------
+
+
+def _bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL server this test session starts on 127.0.0.1 (skipped without one)."""
+    pytest.importorskip("psycopg2", reason="pip install 'hpo[postgres]'")
+    initdb, server = _bin("initdb"), _bin("postgres")
+    if not (initdb and server):
+        pytest.skip("no PostgreSQL server here: apt-get install postgresql")
+    # PostgreSQL refuses to run as root: run it as the postgres user when we are root
+    # (directly, so that the PID we hold, and signal, is the server's).
+    user = "postgres" if os.getuid() == 0 else None
+    data = tempfile.mkdtemp(prefix="hpo-pg-")  # pytest's tmp tree is closed to other users
+    if user:
+        shutil.chown(data, user)
+    subprocess.run([initdb, "-D", data, "-U", "hpo", "--auth=trust"], user=user,
+                   check=True, capture_output=True)
+    port = _free_port()
+    proc = subprocess.Popen([server, "-D", data, "-h", "127.0.0.1", "-p", str(port), "-k", data],
+                            user=user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"postgresql+psycopg2://hpo@127.0.0.1:{port}/postgres"
+    try:
+        _wait_ready(port)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)  # fast shutdown, by PID
+        proc.wait(timeout=60)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _wait_ready(port: int, timeout: float = 30.0) -> None:
+    import psycopg2
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg2.connect(host="127.0.0.1", port=port, user="hpo", dbname="postgres").close()
+            return
+        except psycopg2.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

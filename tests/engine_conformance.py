@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 import hpo
+from hpo import lifecycle
 from hpo.engines import Engine
 from hpo.search import create_study
 from hpo.space import StudySpec, parse_spec
-from hpo.store import RunDir, StudyStore, open_storage
-from hpo.store._relay import JournalRelay
+from hpo.store import RunDir, StudyRelay, StudyStore, open_storage
 from hpo.store.records import run_of
 from hpo.trial import TrialTask
-from conftest import ROOT, toy_space, wait_for
+from conftest import ROOT, STORAGE_SPY, toy_space, wait_for
 
 DRIVER = Path(__file__).with_name("engine_driver.py")
 # Short heartbeats: a restarted master knows a killed one's trial lost in 3 s.
@@ -52,6 +52,11 @@ class EngineKit(abc.ABC):
     @abc.abstractmethod
     def command(self, space_file: Path, runs_dir: Path) -> list[str]:
         """``hpo run`` of ``space_file`` with this engine, as a child process."""
+
+    def own_command(self, space_file: Path, runs_dir: Path) -> list[str]:
+        """Like :meth:`command`, with every worker process started by the
+        child itself (so that its environment reaches them)."""
+        return self.command(space_file, runs_dir)
 
     def lose_worker(self, space_file: Path, runs_dir: Path, run_dir: Path) -> None:
         """Run the study and kill the process running its trial once it has
@@ -80,21 +85,54 @@ class EngineConformance:
     def test_every_write_goes_through_the_study_relay_once_and_in_order(self, kit, tmp_path,
                                                                         monkeypatch):
         relayed: list[dict[str, Any]] = []
-        commit = JournalRelay._commit
+        commit = StudyRelay._commit
 
-        def counting(relay, ready):
-            relayed.extend(json.loads(line) for _, payload in ready for line in payload.splitlines())
-            commit(relay, ready)
-        monkeypatch.setattr(JournalRelay, "_commit", counting)
+        def counting(relay, records, written):
+            relayed.extend(json.loads(json.dumps(r)) for r in records)
+            return commit(relay, records, written)
+        monkeypatch.setattr(StudyRelay, "_commit", counting)
         space = toy_space("relayed", fixed={"steps": 6}, search={"parallel": kit.slots})
         result = kit.run(space, tmp_path)
         assert result.counts["COMPLETE"] == 8 and all(t.steps == 6 for t in result.trials)
         journal = [json.loads(line) for line in (tmp_path / "relayed" / "journal.log").open()]
-        # Everything after the study's creation came through the relay, each record once.
-        assert relayed == journal[-len(relayed):] and len(relayed) > len(journal) - 5
+        assert relayed == journal  # every record, the study's creation included, once
         for trial in {r["trial_id"] for r in journal if "intermediate_value" in r}:
             steps = [r["step"] for r in relayed if r.get("trial_id") == trial and "step" in r]
             assert steps == list(range(6))  # every report once, in order
+
+    def test_no_worker_or_trial_process_constructs_an_optuna_storage(self, kit, tmp_path):
+        spy = tmp_path / "spy"
+        spy.mkdir()
+        space = toy_space("spied", fixed={"steps": 4}, search={"parallel": kit.slots},
+                          resources={"time_limit_s": 60})  # isolated: a process per trial too
+        space_file = write_space(tmp_path, space)
+        env = {**CHILD_ENV, "HPO_TEST_STORAGE_SPY": str(spy),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), str(STORAGE_SPY)])}
+        master = subprocess.Popen(kit.own_command(space_file, tmp_path / "runs"), env=env,
+                                  stderr=subprocess.PIPE, text=True)
+        _, stderr = master.communicate(timeout=300)
+        assert master.returncode == 0, stderr
+        assert hpo.StudyResult.load(tmp_path / "runs" / "spied").counts["COMPLETE"] == 8
+        built = {int(f.name): f.read_text().splitlines() for f in spy.iterdir()}
+        assert set(built) == {master.pid}  # the master's replica; no worker's, no trial's
+        assert {line.split()[1] for lines in built.values() for line in lines} == {"MainThread"}
+
+    def test_a_study_completes_when_its_workers_cannot_reach_the_relay(self, kit, tmp_path):
+        space = toy_space("unreachable", "hpo.examples.toy:curve", metric={"target": 0.9},
+                          fixed={"steps": 12, "quality": 0.95, "rate": 2.0},
+                          search={"parallel": kit.slots}, space={"step_s": [0.05, 0.3, 0.32, 0.34]})
+        space_file = write_space(tmp_path, space)
+        env = {**CHILD_ENV, "HPO_TEST_UNREACHABLE_RELAY": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT), str(STORAGE_SPY)])}
+        study = subprocess.run(kit.own_command(space_file, tmp_path / "runs"), env=env, timeout=300,
+                               capture_output=True, text=True)
+        assert study.returncode == 0, study.stderr
+        assert "cannot be reached" in study.stderr and "control file" in study.stderr
+        result = hpo.StudyResult.load(tmp_path / "runs" / "unreachable")
+        assert result.stop["reason"] == "target"  # the stop reached them through the control file
+        assert all(t.state in (hpo.TrialStatus.COMPLETE, hpo.TrialStatus.STOPPED,
+                               hpo.TrialStatus.CANCELLED) for t in result.trials)
+        assert result.counts["COMPLETE"] >= 1 and all((t.attempt or 0) <= 1 for t in result.trials)
 
     def test_resources_no_worker_offers_are_refused_before_anything_starts(self, kit, tmp_path):
         space = toy_space("toobig", resources={"gpus": 64})
@@ -108,6 +146,7 @@ class EngineConformance:
                                     space={"x": list(range(kit.slots + 2))}))
         tasks = stored_tasks(spec, tmp_path / "cancel")
         with kit.engine(spec) as engine:
+            follow_the_store(engine, tasks[0])
             handles = [engine.submit(task) for task in tasks]
             engine.cancel(handles[-1])  # queued behind a full set of running tasks
             settle_all(engine, handles[:-1])
@@ -121,6 +160,7 @@ class EngineConformance:
         tasks = stored_tasks(spec, tmp_path / "priority")
         busy, queued, urgent = tasks[:kit.slots], tasks[kit.slots:-1], tasks[-1]
         with kit.engine(spec) as engine:
+            follow_the_store(engine, tasks[0])
             handles = [engine.submit(task) for task in busy + queued]
             handles.append(engine.submit(urgent, priority=True))
             settle_all(engine, handles)
@@ -193,6 +233,14 @@ class EngineConformance:
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+def follow_the_store(engine: Engine, task: TrialTask) -> Engine:
+    """Tell ``engine`` from the store which tasks are over, as the master
+    does (COMPSs, which has no wait-any, asks)."""
+    store = StudyStore(open_storage(task.storage), task.study_name)
+    engine.follow(lambda submitted: lifecycle.task_over(store, submitted))
+    return engine
 
 
 def stored_tasks(spec: StudySpec, run_path: Path) -> list[TrialTask]:

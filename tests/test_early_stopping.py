@@ -12,10 +12,9 @@ import hpo
 from hpo.scheduling import (
     ConvergenceAware, QuantumRule, RoundRobin, Slaq, Waiting, convergence, milestones_passed,
 )
-from hpo.store import StudyStore, open_storage
-from hpo.trial import TrialStatus, TrialTask, run_trial
+from hpo.trial import TrialStatus, run_trial
 from hpo.store.records import EVENT_ATTR, SEGMENT_ATTR
-from conftest import toy_space
+from conftest import served_study, toy_space
 
 
 def events(trial: optuna.trial.FrozenTrial) -> list[dict]:
@@ -81,25 +80,19 @@ def test_target_stop_reaches_running_trials_under_compss(compss, tmp_path):
 # ------------------------------------------------------- resumable segments
 
 
-def segment_task(tmp_path, objective: str, config: dict, segment: int | None, name: str,
-                 metric: str = "val_loss", direction: str = "minimize") -> TrialTask:
-    url = str(tmp_path / f"{name}.log")
-    study = optuna.create_study(study_name=name, storage=open_storage(url), direction=direction)
-    trial = study.ask()
-    StudyStore.of(study).set_contender(math.inf)  # a new trial always waits: each quantum yields
-    return TrialTask(storage=url, study_name=name,
-                     trial_id=StudyStore.trial_id(trial), number=trial.number, config=config,
-                     objective=objective, metric=metric, direction=direction,
-                     checkpoint_dir=str(tmp_path / name / "ckpt"),
-                     quantum=QuantumRule(steps=segment) if segment else None)
-
-
-def run_in_segments(task: TrialTask) -> optuna.trial.FrozenTrial:
-    """Run a trial's segments one after another, as a scheduler would."""
-    for _ in range(50):
-        outcome = run_trial(task)
-        if outcome.state is not TrialStatus.SUSPENDED:
-            return open_storage(task.storage).get_trial(task.trial_id)
+def run_in_segments(tmp_path, objective: str, config: dict, segment: int | None, name: str,
+                    metric: str = "val_loss", direction: str = "minimize") -> optuna.trial.FrozenTrial:
+    """Run a trial's segments one after another, each task filled by the
+    master from its replica, as a scheduler would."""
+    with served_study(tmp_path / f"{name}.log", name, direction) as study:
+        study.store.set_contender(math.inf)  # a new trial always waits: each quantum yields
+        trial_id, number = study.new_trial()
+        for _ in range(50):
+            task = study.task(trial_id, number, config=config, objective=objective, metric=metric,
+                              direction=direction, checkpoint_dir=str(tmp_path / name / "ckpt"),
+                              quantum=QuantumRule(steps=segment) if segment else None)
+            if run_trial(task).state is not TrialStatus.SUSPENDED:
+                return study.store.trial(trial_id)
     raise AssertionError("the trial never finished")
 
 
@@ -110,8 +103,8 @@ def curve(trial: optuna.trial.FrozenTrial) -> dict[int, float]:
 def test_sklearn_trial_resumes_exactly_where_its_segment_stopped(tmp_path):
     config = {"learning_rate": 0.01, "units": 32, "max_epochs": 7}
     objective = "hpo.examples.sklearn_digits:train_mlp"
-    whole = run_in_segments(segment_task(tmp_path, objective, config, None, "whole"))
-    pieces = run_in_segments(segment_task(tmp_path, objective, config, 3, "pieces"))
+    whole = run_in_segments(tmp_path, objective, config, None, "whole")
+    pieces = run_in_segments(tmp_path, objective, config, 3, "pieces")
     # Same epochs, same losses: model, optimizer and random state came back.
     assert list(curve(pieces)) == list(range(7))
     assert curve(pieces) == curve(whole)
@@ -127,8 +120,8 @@ def test_sklearn_trial_resumes_exactly_where_its_segment_stopped(tmp_path):
 def test_keras_trial_resumes_from_its_checkpoint(tmp_path):
     config = {"units": 32, "num_epochs": 4, "learning_rate": 0.01, "seed": 3}
     objective = "hpo.examples.keras_digits:train"
-    whole = run_in_segments(segment_task(tmp_path, objective, config, None, "whole"))
-    pieces = run_in_segments(segment_task(tmp_path, objective, config, 2, "pieces"))
+    whole = run_in_segments(tmp_path, objective, config, None, "whole")
+    pieces = run_in_segments(tmp_path, objective, config, 2, "pieces")
     assert list(curve(pieces)) == [0, 1, 2, 3]  # the epoch counter continued
     assert (tmp_path / "pieces" / "ckpt" / "keras" / "latest.weights.h5").is_file()
     # Epoch 2 starts from epoch 1's weights and optimizer state, not from

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 import hpo
-import hpo.trial._task
+import hpo.trial._run
 from conftest import COMPSS_DOUBLE, ROOT, toy_space, wait_for
 from hpo.engines import CompssEngine, default_engine_name
 from hpo.store import RunDir
@@ -119,14 +119,14 @@ def test_a_study_without_parallel_fills_every_core(compss, monkeypatch, tmp_path
 
 def test_a_task_whose_wrapper_fails_is_resumed_and_never_ends_the_study(compss, monkeypatch, tmp_path):
     compss.start(nodes=1, cpus_per_node=1)
-    real = hpo.trial._task._run_here
+    real = hpo.trial._run.run_here
 
-    def store_unreachable_for_x0(task):
+    def store_unreachable_for_x0(task, token, context):
         if task.config["x"] == 0:
             raise OSError("the store is unreachable from this worker")
-        return real(task)
+        return real(task, token, context)
 
-    monkeypatch.setattr(hpo.trial._task, "_run_here", store_unreachable_for_x0)
+    monkeypatch.setattr(hpo.trial._run, "run_here", store_unreachable_for_x0)
     space = toy_space("broken", search={"parallel": 1}, space={"x": [0, 1], "y": [-1]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
     assert compss.ended is None  # the runtime never ended the application

@@ -87,9 +87,11 @@ def test_unsatisfiable_resources_are_refused_before_submitting(mixed_cluster, tm
 
 
 def test_retries_map_to_dask_retries(dask_address, tmp_path):
-    from test_trial import make_task
+    from hpo.trial import TrialTask
 
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 3})
+    task = TrialTask(storage=str(tmp_path / "journal.log"), study_name="s", trial_id=0, number=0,
+                     config={"sleep_s": 3}, objective="hpo.examples.toy:sleep", metric="value",
+                     checkpoint_dir=str(tmp_path / "trials" / "0"))
     with DaskEngine(dask_address, retries=3) as engine:
         future = engine.submit(task)
         retries = None

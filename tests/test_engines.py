@@ -41,6 +41,11 @@ class DaskKit(EngineKit):
         return child_command("run", str(space_file), "--engine", "dask", "--quiet",
                              "--scheduler", address or self.address, "--runs-dir", str(runs_dir))
 
+    def own_command(self, space_file: Path, runs_dir: Path) -> list[str]:
+        """The embedded cluster: 2 worker processes the study starts itself."""
+        return child_command("run", str(space_file), "--engine", "dask", "--quiet", "--workers", "2",
+                             "--runs-dir", str(runs_dir))
+
     def lose_worker(self, space_file: Path, runs_dir: Path, run_dir: Path) -> None:
         """A worker process dies under the trial; Dask runs its task on another."""
         from distributed import LocalCluster

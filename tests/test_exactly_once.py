@@ -18,6 +18,7 @@ import pytest
 
 from engine_conformance import CHILD_ENV, ROOT
 from conftest import wait_for
+from hpo.errors import UsageError
 from hpo.store import MasterLease, RunDir, StudyBusy
 from hpo.store.records import TrialStatus, status_of
 
@@ -36,7 +37,12 @@ def finish(process: subprocess.Popen, timeout: float = 180) -> tuple[int, str]:
 
 
 def states(run_dir: Path) -> Counter:
-    return Counter(status_of(t).name for t in RunDir(run_dir).open_store(read_only=True).trials())
+    """The trials' statuses; none while the study is not in its store yet."""
+    try:
+        store = RunDir(run_dir).open_store(read_only=True)
+    except UsageError:  # no run directory, journal or study yet: nothing to count
+        return Counter()
+    return Counter(status_of(t).name for t in store.trials())
 
 
 def trial_processes(master: int) -> list[psutil.Process]:
@@ -173,6 +179,40 @@ def test_a_dead_scheduler_ends_the_master_cleanly_and_the_resume_completes_every
 
 
 # -- one master per study ---------------------------------------------------------------
+
+
+def test_a_master_killed_while_its_relay_commits_under_load_loses_nothing_acknowledged(tmp_path):
+    # Two workers report a step every few milliseconds: the relay commits
+    # without pause when the master is killed (SIGKILL: no clean-up at all).
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    space = {"name": "load", "objective": "acked:train", "metric": {"name": "value"},
+             "search": {"parallel": 2}, "fixed": {"steps": 400, "acks": str(acks)},
+             "space": {"x": [0, 1, 2, 3]}}
+    space_file = tmp_path / "load.json"
+    space_file.write_text(json.dumps(space))
+    args = ("run", str(space_file), "--workers", "2", "--runs-dir", str(tmp_path), "--quiet")
+    master = hpo(*args)
+    acknowledged = lambda: sum(len(f.read_text().split()) for f in acks.glob("*.log"))  # noqa: E731
+    wait_for(lambda: acknowledged() >= 300, what="300 acknowledged reports")
+    cluster = psutil.Process(master.pid).children(recursive=True)
+    master.kill()
+    master.wait()
+    psutil.wait_procs(cluster, timeout=5)
+    for orphan in (p for p in cluster if p.is_running()):
+        orphan.kill()  # the embedded cluster's workers would die with a real node
+    kept = {int(f.stem): [int(s) for s in f.read_text().split()] for f in acks.glob("*.log")}
+    stored = {t.number: t for t in RunDir(tmp_path / "load").open_store(read_only=True).trials()}
+    for number, steps in kept.items():  # durable before it was acknowledged
+        assert all(stored[number].intermediate_values.get(s) == number * 1000.0 + s for s in steps)
+
+    code, output = finish(hpo(*args))
+    assert code == 0, output
+    trials = RunDir(tmp_path / "load").open_store(read_only=True).trials()
+    assert sorted(status_of(t).name for t in trials).count("COMPLETE") == 4  # each configuration once
+    assert {t.params["x"] for t in trials if status_of(t) is TrialStatus.COMPLETE} == {0, 1, 2, 3}
+    for trial in (t for t in trials if status_of(t) is TrialStatus.COMPLETE):
+        assert trial.intermediate_values == {s: trial.number * 1000.0 + s for s in range(400)}
 
 
 def test_two_masters_started_at_once_run_the_study_once(tmp_path, dask_address):

@@ -15,10 +15,9 @@ import pytest
 import hpo
 from hpo.scheduling import QuantumRule, Slaq, Waiting, convergence, milestones_passed
 from hpo.search._paused import paused_view
-from hpo.store import StudyStore, open_storage
-from hpo.trial import TrialStatus, TrialTask, run_trial
-from hpo.trial._log import log_path
-from conftest import toy_space
+from hpo.trial import TrialStatus, run_trial
+from hpo.trial import log_path
+from conftest import served_study, toy_space
 
 
 def processes_of(trial: hpo.TrialRecord, runs_dir, study: str) -> int:
@@ -137,15 +136,13 @@ def test_slaq_runs_the_trial_with_most_loss_left():
 
 
 def test_samplers_see_suspended_trials_as_pruned_at_their_last_value(tmp_path):
-    url = str(tmp_path / "s.log")
-    study = optuna.create_study(study_name="s", storage=open_storage(url))
-    trial = study.ask()
-    StudyStore.of(study).set_contender(math.inf)
-    task = TrialTask(storage=url, study_name="s", trial_id=StudyStore.trial_id(trial),
-                     number=0, config={"rate": 0.5, "steps": 6}, objective="hpo.examples.toy:curve",
-                     metric="value", direction="minimize", checkpoint_dir=str(tmp_path / "c"),
-                     quantum=QuantumRule(steps=2))
-    assert run_trial(task).state is TrialStatus.SUSPENDED
+    with served_study(tmp_path / "s.log", "s", "minimize") as served:
+        served.store.set_contender(math.inf)
+        task = served.task(*served.new_trial(), config={"rate": 0.5, "steps": 6},
+                           objective="hpo.examples.toy:curve", metric="value", direction="minimize",
+                           checkpoint_dir=str(tmp_path / "c"), quantum=QuantumRule(steps=2))
+        assert run_trial(task).state is TrialStatus.SUSPENDED
+        study = served.store.study()
     assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # the store is unchanged
     (seen,) = paused_view(study)._get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
     assert seen.last_step == 1 and seen.intermediate_values[1] == pytest.approx(1 - math.exp(-1.0))

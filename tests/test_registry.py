@@ -14,12 +14,13 @@ from hpo.engines import Engine
 from hpo.errors import SpaceError
 from hpo.scheduling import Policy
 from hpo.space import parse_spec
+from hpo.store import Pruning
 
 
 def test_every_registered_name_builds_what_it_names():
     for name in registry.PRUNERS.names:
         pruner = registry.PRUNERS.make(name, min_steps=1)
-        assert pruner is None if name == "none" else isinstance(pruner, optuna.pruners.BasePruner)
+        assert pruner is None if name == "none" else isinstance(pruner, Pruning) and pruner.name == name
     for name in registry.POLICIES.names:
         policy = registry.POLICIES.make(name)
         assert policy is None if name == "fifo" else isinstance(policy, Policy) and policy.name == name

@@ -1,39 +1,54 @@
-"""The trial wrapper: every outcome becomes a durable record, never an engine failure."""
+"""The trial wrapper: every outcome becomes a durable record, never an engine
+failure; the attempt writes through the study's relay and never reads the store."""
 
 from __future__ import annotations
 
 import os
 import socket
-import time
+import threading
 
 import optuna
 import pytest
 
-from hpo.pruning import median_pruner
-from hpo.store import StudyStore, open_storage
-from hpo.trial import Trial, TrialStatus, TrialTask, run_trial
+import hpo.trial._run
+from hpo.pruning import median_pruning
+from hpo.store import Halted, StudyRelay, StudyStore, TrialLink, split_relay
 from hpo.store.records import ENDED_BY_ATTR, EVENT_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR
+from hpo.trial import Trial, TrialStatus, TrialTask, open_trial, run_trial
+from hpo.trial._attempt import TaskInterrupted
+from conftest import wait_for
 
 
-def make_task(tmp_path, objective, config=None, **settings) -> TrialTask:
-    url = str(tmp_path / "journal.log")
-    study = optuna.create_study(study_name="s", storage=open_storage(url), direction="maximize",
-                                load_if_exists=True)
-    trial = study.ask()
-    return TrialTask(storage=url, study_name="s",
-                     trial_id=StudyStore.trial_id(trial), number=trial.number, config=config or {},
-                     objective=objective, metric="value",
-                     checkpoint_dir=str(tmp_path / "trials" / str(trial.number)), **settings)
+@pytest.fixture
+def relay(tmp_path, request):
+    """The study "s" behind a relay, as a master serves it; a test may ask
+    for a pruner with ``@pytest.mark.pruning(...)``."""
+    marker = request.node.get_closest_marker("pruning")
+    pruning = marker.args[0] if marker else None
+    with StudyRelay(str(tmp_path / "journal.log"), "s", pruning=pruning,
+                    control=tmp_path / "control.json") as served:
+        optuna.create_study(study_name="s", storage=served.storage, direction="maximize")
+        yield served
+
+
+def make_task(relay, tmp_path, objective, config=None, **settings) -> TrialTask:
+    """A trial created by the master and its task, as the master fills it."""
+    store = StudyStore(relay.storage, "s")
+    trial_id, number = store.create_trial({}, {})
+    return TrialTask(storage=relay.writers_url, study_name="s", trial_id=trial_id, number=number,
+                     config=config or {}, objective=objective, metric="value",
+                     checkpoint_dir=str(tmp_path / "trials" / str(number)),
+                     control=str(tmp_path / "control.json"), **settings)
 
 
 def fresh(task: TrialTask) -> optuna.trial.FrozenTrial:
     """Read the trial back through a new storage object: what is on disk."""
-    backend = optuna.storages.journal.JournalFileBackend(task.storage)
+    backend = optuna.storages.journal.JournalFileBackend(split_relay(task.storage)[0])
     return optuna.storages.JournalStorage(backend).get_trial(task.trial_id)
 
 
-def test_complete_trial_is_recorded_durably(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1, "steps": 4}, cpus=3)
+def test_complete_trial_is_recorded_durably(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1, "steps": 4}, cpus=3)
     outcome = run_trial(task)
     stored = fresh(task)
     run = stored.system_attrs[RUN_ATTR]
@@ -43,7 +58,7 @@ def test_complete_trial_is_recorded_durably(tmp_path):
     assert stored.system_attrs[f"{REPORT_ATTR}000002"] == {"value": -0.25}
     assert stored.user_attrs == {}  # the user's: hpo keeps its records in system attributes
     assert run["host"] == socket.gethostname() and run["pid"] == os.getpid()
-    assert run["attempt"] == 1 and run["ended_at"] >= run["started_at"]
+    assert run["attempt"] == 1 and run["ended_at"] >= run["started_at"] and run["token"]
     assert run["core_seconds"] == pytest.approx(3 * run["duration_s"]) and run["gpu_seconds"] == 0
     assert run["metrics"] == {"value": 0.0} and run["error"] is None
     assert os.path.isdir(task.checkpoint_dir)
@@ -55,8 +70,8 @@ def test_complete_trial_is_recorded_durably(tmp_path):
     ("hpo.examples.toy:sleep", {"sleep_s": 0}, TrialStatus.COMPLETE, None, None),
     ("hpo.examples.sklearn_digits:no_such_function", {}, TrialStatus.FAILED, "SpaceError", "no callable"),
 ])
-def test_user_errors_become_failed_records(tmp_path, objective, config, state, error_type, words):
-    task = make_task(tmp_path, objective, config)
+def test_user_errors_become_failed_records(relay, tmp_path, objective, config, state, error_type, words):
+    task = make_task(relay, tmp_path, objective, config)
     outcome = run_trial(task)  # never raises because of user code
     run = fresh(task).system_attrs[RUN_ATTR]
     assert outcome.state is state
@@ -66,52 +81,63 @@ def test_user_errors_become_failed_records(tmp_path, objective, config, state, e
         assert "Traceback" in run["error"]["traceback"] and "toy.py" in run["error"]["traceback"]
 
 
-def test_wrong_return_values_fail_with_the_reason(tmp_path):
-    task = make_task(tmp_path, lambda config, trial: {"accuracy": 0.9})
+def test_wrong_return_values_fail_with_the_reason(relay, tmp_path):
+    task = make_task(relay, tmp_path, lambda config, trial: {"accuracy": 0.9})
     assert run_trial(task).state is TrialStatus.FAILED
     error = fresh(task).system_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "'value'" in error["message"]
-    task = make_task(tmp_path, lambda config, trial: "good")
+    task = make_task(relay, tmp_path, lambda config, trial: "good")
     assert run_trial(task).state is TrialStatus.FAILED
 
 
-def test_time_limit_kills_the_trial_and_records_timeout(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 60},
+def test_time_limit_kills_the_trial_and_records_timeout(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 60},
                      time_limit_s=1.5, isolate=True)
-    began = time.monotonic()
     outcome = run_trial(task)
     run = fresh(task).system_attrs[RUN_ATTR]
-    assert outcome.state is TrialStatus.TIMEOUT and time.monotonic() - began < 30
+    assert outcome.state is TrialStatus.TIMEOUT
     assert run["timed_out"] and run["error"]["type"] == "TimeLimit"
 
 
-def test_isolated_trial_reports_from_its_own_process(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 1, "y": -1}, isolate=True)
+def test_isolated_trial_reports_from_its_own_process_in_its_parents_attempt(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:quadratic", {"x": 1, "y": -1}, isolate=True)
     outcome = run_trial(task)
     assert outcome.state is TrialStatus.COMPLETE and outcome.value == pytest.approx(-1.0)
-    assert len(fresh(task).intermediate_values) == 3
+    stored = fresh(task)
+    assert len(stored.intermediate_values) == 3 and stored.system_attrs[RUN_ATTR]["attempt"] == 1
 
 
-def test_finished_trial_run_again_is_counted_once(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 2, "y": -1})
+def test_a_finished_trial_run_again_is_counted_once_and_not_run(relay, tmp_path):
+    ran = tmp_path / "ran"
+
+    def counted(config, trial):
+        with ran.open("a") as f:
+            f.write("x")
+        return 1.0
+
+    task = make_task(relay, tmp_path, counted)
     first = run_trial(task)
     second = run_trial(task)  # e.g. an engine retry after the result was stored
     assert second == first and fresh(task).system_attrs[RUN_ATTR]["attempt"] == 1
+    assert ran.read_text() == "x"  # the relay refused the second start
 
 
-def test_attempt_after_a_lost_worker_keeps_the_history(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+def test_an_attempt_after_a_lost_worker_keeps_the_history(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
     lost = {"host": "node7", "pid": 1, "attempt": 1, "started_at": 1.0, "previous": []}
     # Written where studies before kept it (a user attribute): read all the same.
-    open_storage(task.storage).set_trial_user_attr(task.trial_id, RUN_ATTR, lost)
+    relay.storage.set_trial_user_attr(task.trial_id, RUN_ATTR, lost)
     run_trial(task)
-    run = fresh(task).system_attrs[RUN_ATTR]
+    stored = fresh(task)
+    run = stored.system_attrs[RUN_ATTR]
     assert run["attempt"] == 2 and run["previous"][0]["host"] == "node7"
+    events = [v for k, v in stored.system_attrs.items() if k.startswith(EVENT_ATTR)]
+    assert [e["kind"] for e in events] == ["retried"] and "node7" in events[0]["reason"]
 
 
-def test_should_stop_sees_the_study_stop(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": 0, "steps": 50})
-    task.open_store().set_stop({"reason": "target"})
+def test_should_stop_sees_the_study_stop(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:quadratic", {"x": 0, "steps": 50})
+    StudyStore(relay.storage, "s").set_stop({"reason": "target"})
     run_trial(task)
     stored = fresh(task)
     assert len(stored.intermediate_values) == 1  # stopped at its first report
@@ -122,17 +148,17 @@ def test_should_stop_sees_the_study_stop(tmp_path):
     assert [(e["kind"], e["step"]) for e in events] == [("stopped", 0)]
 
 
-def test_median_pruner_prunes_a_clearly_worse_curve(tmp_path):
-    pruning = {"pruner": median_pruner(min_steps=0)}
+@pytest.mark.pruning(median_pruning(min_steps=0, maximize=True, study_name="s", metric="value"))
+def test_the_masters_median_pruner_prunes_a_clearly_worse_curve(relay, tmp_path):
     for x in (2, 2):
-        run_trial(make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": x, "y": -1, "steps": 6},
-                            **pruning))
-    bad = make_task(tmp_path, "hpo.examples.toy:quadratic", {"x": -20, "y": -1, "steps": 6},
-                    **pruning)
+        run_trial(make_task(relay, tmp_path, "hpo.examples.toy:quadratic", {"x": x, "y": -1, "steps": 6}))
+    bad = make_task(relay, tmp_path, "hpo.examples.toy:quadratic", {"x": -20, "y": -1, "steps": 6})
     assert run_trial(bad).state is TrialStatus.PRUNED
     stored = fresh(bad)
     assert len(stored.intermediate_values) == 1
     assert stored.system_attrs[RUN_ATTR]["stop_reason"] == "pruned"
+    (event,) = [v for k, v in stored.system_attrs.items() if k.startswith(EVENT_ATTR)]
+    assert event["kind"] == "pruned" and event["reason"].startswith("median pruner: value=")
 
 
 def test_report_rejects_wrong_types_precisely():
@@ -145,22 +171,24 @@ def test_report_rejects_wrong_types_precisely():
     assert trial.reports == [(0, {"acc": 0.5, "loss": 1.0})] and not trial.should_stop()
 
 
-def test_isolated_trial_returning_something_unpicklable_fails_clearly(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0}, isolate=True)
+def test_isolated_trial_returning_something_unpicklable_fails_clearly(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0}, isolate=True)
     task = TrialTask(**{**task.__dict__, "objective": lambda config, trial: (lambda: 1)})
     assert run_trial(task).state is TrialStatus.FAILED
     error = fresh(task).system_attrs[RUN_ATTR]["error"]
     assert error["type"] == "BadReturnValue" and "lambda" in error["message"]
 
 
-def test_the_start_record_is_written_while_the_objective_runs(tmp_path):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep")
+def test_the_master_sees_the_trial_running_while_its_objective_runs(relay, tmp_path):
+    # The relay answers a start at once and writes it with its round: the
+    # objective does not wait for the fsync, and the master sees it started.
+    store = StudyStore(relay.storage, "s")
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep")
 
-    def objective(config, trial):  # started, as a master reading the store must see
-        deadline = time.monotonic() + 10
-        while TrialStatus.of(fresh(task)) is not TrialStatus.RUNNING and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return float(TrialStatus.of(fresh(task)) is TrialStatus.RUNNING)
+    def objective(config, trial):
+        wait_for(lambda: TrialStatus.of(store.trial(task.trial_id)) is TrialStatus.RUNNING,
+                 timeout=30, what="the master's replica to see the trial running")
+        return 1.0
 
     task = TrialTask(**{**task.__dict__, "objective": objective})
     assert run_trial(task).value == 1.0
@@ -168,56 +196,97 @@ def test_the_start_record_is_written_while_the_objective_runs(tmp_path):
     assert run["attempt"] == 1 and run["started_at"] <= run["ended_at"]
 
 
-def test_a_start_record_that_cannot_be_written_fails_the_task(tmp_path, monkeypatch):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
-    note = StudyStore.note
+def test_heartbeats_are_written_while_the_objective_runs_and_end_with_its_task(relay, tmp_path,
+                                                                              monkeypatch):
+    from hpo.trial._pulse import _Pulse
 
-    def failing_once(self, trial_id, key, value):
-        monkeypatch.setattr(StudyStore, "note", note)
-        raise OSError("disk full")
-
-    monkeypatch.setattr(StudyStore, "note", failing_once)
-    with pytest.raises(OSError, match="disk full"):  # the engine's failure, as before the objective ran
-        run_trial(task)
-    assert TrialStatus.of(fresh(task)) is TrialStatus.PENDING
-
-
-def test_heartbeats_are_written_while_the_objective_runs_and_stop_with_its_task(tmp_path, monkeypatch):
     monkeypatch.setenv("HPO_HEARTBEAT_S", "0.05")
-    tasks = [make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0.3}) for _ in range(2)]
-    for task in tasks:
-        run_trial(task)
-    journal = tmp_path / "journal.log"
-    size = journal.stat().st_size
-    time.sleep(0.3)  # six beat periods
-    assert journal.stat().st_size == size
-    assert all(isinstance(fresh(task).system_attrs.get(HEARTBEAT_ATTR), float) for task in tasks)
+
+    def beaten(config, trial):  # returns once a beat of its own is in the store
+        wait_for(lambda: isinstance(fresh(task).system_attrs.get(HEARTBEAT_ATTR), float),
+                 timeout=30, what="a heartbeat")
+        return 1.0
+
+    task = make_task(relay, tmp_path, beaten)
+    assert run_trial(task).state is TrialStatus.COMPLETE
+    assert _Pulse.here()._beats == []  # nothing left to beat for: no beat after its end
 
 
-def test_no_beat_overwrites_the_mark_of_a_cancelled_task(tmp_path, monkeypatch):
-    from hpo.trial import _task
+def test_a_cancelled_task_is_given_up_and_no_beat_follows(relay, tmp_path, monkeypatch):
+    from hpo.trial._pulse import _Pulse
 
     monkeypatch.setenv("HPO_HEARTBEAT_S", "0.02")
 
-    def cancelled(task):
-        time.sleep(0.2)  # beats meanwhile
-        raise _task.TaskInterrupted("CancelError")
+    def cancelled(task, token, context):
+        wait_for(lambda: isinstance(fresh(task).system_attrs.get(HEARTBEAT_ATTR), float),
+                 timeout=30, what="a heartbeat")  # beats meanwhile
+        raise TaskInterrupted("CancelError")
 
-    monkeypatch.setattr(_task, "_run_here", cancelled)
-    task = make_task(tmp_path, "hpo.examples.toy:sleep")
+    monkeypatch.setattr(hpo.trial._run, "run_here", cancelled)
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep")
     assert run_trial(task).state is TrialStatus.RUNNING  # given up, to be resumed at once
-    time.sleep(0.2)
-    assert "abandoned_at" in fresh(task).system_attrs[HEARTBEAT_ATTR]
+    assert _Pulse.here()._beats == []
+    stored = fresh(task)
+    assert "abandoned_at" in stored.system_attrs[HEARTBEAT_ATTR]
+    assert stored.system_attrs[RUN_ATTR]["error"]["type"] == "Cancelled"
 
 
-def test_a_trial_ended_by_the_master_meanwhile_keeps_the_stored_end(tmp_path, monkeypatch):
-    task = make_task(tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
-    finish = StudyStore.finish
+def test_a_trial_ended_by_the_master_meanwhile_keeps_the_stored_end(relay, tmp_path):
+    store = StudyStore(relay.storage, "s")
 
-    def master_first(self, trial_id, status, value, run=None):  # as end_without_result does
-        self.write(trial_id, ENDED_BY_ATTR, {"reason": "cancelled", "message": "study stopped"})
-        finish(self, trial_id, TrialStatus.CANCELLED, None)
-        return finish(self, trial_id, status, value, run=run)
+    def cancelled_meanwhile(config, trial):  # as end_without_result does when a study stops
+        store.end_without_result(task.trial_id, "cancelled", "study stopped")
+        trial.report(0, value=1.0)  # refused to this trial: it has ended
+        return 1.0 if trial.should_stop() else 0.0
 
-    monkeypatch.setattr(StudyStore, "finish", master_first)
+    task = make_task(relay, tmp_path, cancelled_meanwhile)
     assert run_trial(task).state is TrialStatus.CANCELLED
+    stored = fresh(task)
+    assert stored.system_attrs[ENDED_BY_ATTR]["reason"] == "cancelled"
+    assert stored.intermediate_values == {}
+
+
+def test_a_zombie_attempt_cannot_overwrite_the_attempt_that_took_its_trial_over(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+    zombie = open_trial(task)  # an attempt whose worker the engine gave up for lost
+    zombie.report(0, value=0.1)
+    newer = run_trial(TrialTask(**{**task.__dict__, "objective": lambda config, trial: 0.9}))
+    assert newer.state is TrialStatus.COMPLETE and newer.value == 0.9
+    zombie.report(1, value=0.2)  # it comes back: refused, and told to stop
+    assert zombie.should_stop() and zombie.stop_reason == "halted"
+    stored = fresh(task)
+    assert stored.value == 0.9 and 1 not in stored.intermediate_values
+    assert stored.system_attrs[RUN_ATTR]["attempt"] == 2  # the zombie's attempt, seen as lost
+
+
+def test_a_report_on_an_ended_trial_is_refused_to_that_trial_alone(relay, tmp_path):
+    store = StudyStore(relay.storage, "s")
+    ended, alive = (make_task(relay, tmp_path, "hpo.examples.toy:sleep") for _ in range(2))
+    ended_trial, alive_trial = open_trial(ended), open_trial(alive)
+    store.end_without_result(ended.trial_id, "cancelled", "study stopped")
+    errors: list[BaseException] = []
+
+    def report(trial, step):
+        try:
+            trial.report(step, value=float(step))
+        except BaseException as exc:  # noqa: BLE001 - what a thread would see
+            errors.append(exc)
+
+    threads = [threading.Thread(target=report, args=(t, s)) for t in (ended_trial, alive_trial)
+               for s in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []  # nothing raised in any thread
+    assert ended_trial.should_stop() and not alive_trial.should_stop()
+    assert fresh(alive).intermediate_values == {0: 0.0, 1: 1.0, 2: 2.0}
+    assert fresh(ended).intermediate_values == {}
+
+
+def test_a_link_refused_by_the_relay_raises_halted(relay, tmp_path):
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep")
+    link = TrialLink(task.storage, task.trial_id, task.control)
+    with pytest.raises(Halted) as refused:
+        link.report(0, {"value": 1.0}, 1.0)  # no attempt started under this token
+    assert refused.value.why == "superseded"

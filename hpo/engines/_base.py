@@ -3,7 +3,7 @@
 An engine starts, submits trial tasks and returns opaque handles, says which
 handles finished, settles finished ones, cancels, and shuts down. Trial
 outcomes are not passed back through the engine: the worker wrote them to the
-store, which the master reads. Engines are chosen by name through
+store, which the master reads. An engine opens no store. Engines are chosen by name through
 :data:`hpo.registry.ENGINES`, or passed as objects to ``hpo.run``.
 
 A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
@@ -12,7 +12,7 @@ A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hpo.errors import UsageError
@@ -73,6 +73,12 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def slots(self) -> int:
         """How many trials can run at once."""
+
+    def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
+        """How the master tells, from its replica of the store, that a task is
+        over (its trial finished, suspended again, or fell silent). Engines
+        that learn it on their own ignore it; COMPSs, which has no wait-any,
+        asks it."""
 
     def inventory(self) -> "Inventory | None":
         """The nodes and GPUs trials run on, when the engine lets the master

@@ -3,8 +3,9 @@
 Kept thin: it declares nothing itself (see ``_compss_tasks``) and only maps the
 engine interface onto ``compss_wait_on``, ``TaskGroup`` and
 ``compss_cancel_group``. COMPSs has no wait-any, so :meth:`CompssEngine.wait`
-learns from the store which trials are over (their workers wrote it before
-their tasks ended), and ``compss_wait_on`` is only called on those.
+asks the master which trials are over (their workers stored it before their
+tasks ended: see :meth:`Engine.follow`), and ``compss_wait_on`` is only
+called on those.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import importlib
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hpo.engines._base import Engine
 from hpo.errors import UsageError
-from hpo.engines._machine import node_cores, trials_per_node, visible_gpus
-from hpo.store.records import task_done
-from hpo.trial import TrialTask, fell_silent
+from hpo.machine import node_cores, trials_per_node, visible_gpus
+from hpo.trial import TrialTask
 
 __all__ = ["CompssEngine", "under_compss_runtime"]
 
@@ -75,6 +75,10 @@ class CompssEngine(Engine):
         self._tasks = self._api = None
         self._count = itertools.count()
         self._over_since: dict[_Submitted, float] = {}
+        self._is_over: Callable[[TrialTask], bool] = lambda task: False
+
+    def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
+        self._is_over = is_over
 
     @classmethod
     def from_spec(cls, spec, *, scheduler=None, workers=None) -> "CompssEngine":
@@ -118,7 +122,7 @@ class CompssEngine(Engine):
         while True:
             now = time.monotonic()
             for handle in handles:
-                if handle not in self._over_since and self._stored_as_over(handle):
+                if handle not in self._over_since and self._is_over(handle.task):
                     self._over_since[handle] = now
             # The worker stores the outcome just before its task returns: give
             # the return a moment, so that compss_wait_on never blocks.
@@ -128,14 +132,6 @@ class CompssEngine(Engine):
                     del self._over_since[handle]
                 return done
             time.sleep(min(0.1, max(deadline - now, 0.0)))
-
-    @staticmethod
-    def _stored_as_over(handle: _Submitted) -> bool:
-        """Over: finished or suspended as expected, or started and then silent
-        (its worker died: COMPSs ignores the failure)."""
-        task = handle.task
-        trial = task.open_store().trial(task.trial_id)
-        return task_done(trial, task.after_segment) or fell_silent(trial)
 
     def settle(self, handle: _Submitted) -> None:
         # Finished already: the store said so. A task whose worker died ends

@@ -25,7 +25,6 @@ from pycompss.api.constraint import constraint
 from pycompss.api.task import task
 
 from hpo.trial import TrialOutcome, TrialStatus, TrialTask, run_trial
-from hpo.trial._task import give_up_task
 
 __all__ = ["TaskShape", "trial_task"]
 
@@ -115,11 +114,11 @@ def _declare(name: str, shape: TaskShape, priority: bool) -> Callable[[TrialTask
 
 def _never_failing(trial_task: TrialTask) -> TrialOutcome:
     """``run_trial``, whose own faults (the store unreachable, an interruption
-    outside the objective) leave the trial to be resumed instead of failing the task."""
+    outside the objective) leave the trial to be resumed instead of failing
+    the task (``run_trial`` gave the trial up before it raised)."""
     # COMPSs keeps each task's output in jobs/job<N>_NEW.out: say whose it is.
     print(f"hpo: trial {trial_task.number} of study {trial_task.study_name!r}", flush=True)
     try:
         return run_trial(trial_task)
-    except BaseException as exc:  # noqa: BLE001 - COMPSs would end the study
-        give_up_task(trial_task, None, f"its task ended without a result: {type(exc).__name__}: {exc}")
+    except BaseException:  # noqa: BLE001 - COMPSs would end the study
         return TrialOutcome(trial_task.number, TrialStatus.RUNNING)

@@ -20,9 +20,10 @@ from urllib.parse import urlsplit
 
 from hpo.allocation import Device, Inventory, Node
 from hpo.engines._base import Engine
-from hpo.engines._machine import refuse_beyond_this_machine, visible_gpus
+from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
+from hpo.store import TrialLink
 from hpo.trial import TrialTask, run_trial
 
 __all__ = ["DaskEngine"]
@@ -284,9 +285,9 @@ def hold_node(task: TrialTask, key: str) -> None:
     trial is over, or the trial has ended in the store (a master lost)."""
     from distributed import Event
 
-    event, store = Event(key), task.open_store()
+    event, link = Event(key), TrialLink(task.storage, task.trial_id, task.control)
     while not event.wait(timeout=_HOLD_CHECK_S):
-        if store.trial(task.trial_id).state.is_finished():
+        if not link.unfinished():
             return
 
 

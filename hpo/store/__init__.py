@@ -1,36 +1,56 @@
 """The durable store of a study: an Optuna storage inside a run directory.
 
-The storage is the single source of truth: trials are created in it by the
-master, workers write reports and results to it (each append is fsync'd
-before the call returns), and the master learns about finished trials by
-reading it. Killing the master therefore loses nothing.
-
-While a study runs, its journal has one writer: the master's relay
-(:mod:`hpo.store._relay`), which group-commits the appends that every process
-sends it over TCP (one write and one fsync per round, whatever the number of
-writers). A worker that cannot reach it appends directly under the journal's
-file lock; readers always read the file.
+The storage is the single source of truth, and a running study has one
+reader and one sequencer of it: the relay in the master process. Trials are
+created there by the master; a trial's process holds no storage at all: it
+speaks the store protocol to the relay (a :class:`TrialLink`), which
+group-commits every process's writes (one write and one fsync per round),
+feeds the master's one Optuna replica, and answers each request, once
+durable, with what the trial must do next. A process that cannot reach the
+relay appends to the journal directly under its file lock and reads the
+study's decisions from its control file. Readers outside a run (``hpo
+status``, the dashboard, optuna-dashboard) read the file.
 
 Any SQLAlchemy URL (``sqlite:///...``, ``postgresql://...``) may replace the
 journal. SQLite is fine on a local disk; on a shared file system prefer the
 journal (SQLite locking over NFS is unreliable).
 
-- :mod:`hpo.store.records`: the layout of what is stored, its contract, and
-  the readers and builders of each record (pure functions);
-- :class:`StudyStore`: reads and writes one study's trials;
-- :class:`RunDir`: the run directory around it;
-- :class:`SnapshotJournal`: a journal that readers replay from a snapshot on.
+The parts, each in its own module:
+
+- :mod:`hpo.store.records`: the layout of what is stored, its contract (every
+  key, who writes it, who reads it), and pure readers and builders;
+- ``_journal``: the journal file, kept readable after a crash (knows nothing
+  of the relay); ``_snapshot``: shortcuts for its readers;
+- ``_protocol``: the store protocol (frames, requests, what an answer
+  promises); ``_writes``: what each request writes;
+- ``_relay`` (:class:`StudyRelay`) and ``_ledger``: the master's side;
+  ``_link`` (:class:`TrialLink`): a trial's side; ``_control``: the control file;
+- ``_study`` (:class:`StudyStore`), ``_run_dir`` (:class:`RunDir`),
+  ``_lease`` (:class:`MasterLease`): the study as the master and the readers see it.
 """
 
 from hpo.store import records
-from hpo.store._files import write_atomically
+from hpo.store._control import CONTROL_FILE, ControlFile
+from hpo.store._files import process_alive, write_atomically
 from hpo.store._journal import JournalFile
 from hpo.store._lease import MasterLease, StudyBusy
+from hpo.store._ledger import Pruning
+from hpo.store._link import Ended, RelayConnection, TrialLink
+from hpo.store._protocol import Decision, Halted, split_relay
+from hpo.store._relay import StudyRelay, clear_dead_relay_lock, relay_interface
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
-from hpo.store._snapshot import SnapshotJournal, save_journal_snapshot
-from hpo.store._study import StudyStore, open_storage, open_study_store
-from hpo.store.records import TrialStatus
+from hpo.store._snapshot import (
+    Mark, SnapshotJournal, is_placeholder, read_snapshot, records_read, replay_dump,
+    save_journal_snapshot, write_snapshot,
+)
+from hpo.store._storage_url import check_storage_url
+from hpo.store._study import StudyStore, open_storage
+from hpo.store.records import TrialContext, TrialStatus, context_of
 
-__all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "open_study_store",
-           "write_atomically", "JOURNAL_FILE", "MasterLease", "StudyBusy",
-           "JournalFile", "SnapshotJournal", "save_journal_snapshot"]
+__all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
+           "JOURNAL_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
+           "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
+           "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "split_relay", "Pruning",
+           "ControlFile", "CONTROL_FILE", "TrialContext", "context_of", "check_storage_url",
+           "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
+           "is_placeholder", "process_alive"]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
-__all__ = ["write_atomically"]
+__all__ = ["write_atomically", "process_alive"]
 
 
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:

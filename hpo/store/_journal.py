@@ -26,9 +26,8 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
-from hpo.store._relay import RelayClient
 
-__all__ = ["JournalFile", "repair_journal"]
+__all__ = ["JournalFile", "repair_journal", "write_durably", "encode_records"]
 
 # Optuna's op codes (JournalOperation) of the records that number studies and
 # trials: replay gives ids by the order of these records.
@@ -40,7 +39,7 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     3: ("study_id", "system_attr"), 4: ("study_id", "datetime_start"),
     5: ("trial_id", "param_name", "param_value_internal", "distribution"),
     6: ("trial_id", "state", "values"), 7: ("trial_id", "step", "intermediate_value"),
-    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (),
+    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (), 11: (),
 }
 _OP_CODE = re.compile(rb'\{"op_code":(\d+),')
 _CHUNK = 8192
@@ -49,16 +48,24 @@ _SEARCH_CHUNK = 8 << 20
 
 class JournalFile(JournalFileBackend):
     """Optuna's journal file backend that never makes damage worse: a torn tail
-    is set aside before an append, damage in the middle is refused on reading."""
+    is set aside before an append, damage in the middle is refused on reading,
+    and so is a record of a newer Optuna (rather than cut off as torn)."""
 
-    def __init__(self, path: str, relay: str | None = None) -> None:
+    def __init__(self, path: str) -> None:
         self._path = path
         self._journal_lock = JournalFileSymlinkLock(path)
         super().__init__(path, lock_obj=self._journal_lock)
         self._offsets = {0: 0}  # record number -> byte offset of its line
         self._read_to = 0  # the end of the last record read
-        # The study's group-commit writer (hpo.store._relay), when one serves it.
-        self._relay = RelayClient(relay) if relay else None
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @property
+    def read_to(self) -> int:
+        """The byte offset just past the last record read."""
+        return self._read_to
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number = log_number_from if log_number_from in self._offsets else 0
@@ -69,7 +76,7 @@ class JournalFile(JournalFileBackend):
             for line in f:
                 if offset + len(line) > end:
                     return
-                record = _record(line)
+                record = _record(line, self._path, offset)
                 if record is None:
                     _refuse_damage_before_records(self._path, offset)
                     return  # a torn tail, or a write still going on
@@ -80,13 +87,26 @@ class JournalFile(JournalFileBackend):
                 if number > log_number_from:
                     yield record
 
+    def read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The intact records from byte ``offset`` on, and the offset after the
+        last of them (an incomplete last line waits for the next read)."""
+        records = []
+        with open(self._path, "rb") as f:
+            end = os.fstat(f.fileno()).st_size
+            f.seek(offset)
+            for line in f:
+                if offset + len(line) > end:
+                    break
+                record = _record(line, self._path, offset)
+                if record is None:
+                    _refuse_damage_before_records(self._path, offset)
+                    break
+                records.append(record)
+                offset += len(line)
+        return records, offset
+
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
-        data = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode()
-        if self._relay is not None:
-            sent = self._relay.append(data)
-            if sent or (sent is None and self._holds(data)):
-                return
-        self.append_direct(data)
+        self.append_direct(encode_records(logs))
 
     def append_direct(self, data: bytes) -> None:
         """Append whole records under the file lock and fsync before returning."""
@@ -106,17 +126,10 @@ class JournalFile(JournalFileBackend):
         finally:
             self._journal_lock.release()
 
-    def _holds(self, data: bytes) -> bool:
-        """Whether ``data`` was appended after what this reader has read: a
-        batch sent to a relay that died before acknowledging it."""
-        with open(self._path, "rb") as f:
-            f.seek(self._read_to)
-            tail = b""
-            while chunk := f.read(_SEARCH_CHUNK):
-                tail = tail[-len(data):] + chunk
-                if data in tail:
-                    return True
-        return False
+
+def encode_records(records: list[dict[str, Any]]) -> bytes:
+    """Journal lines for ``records``, as Optuna writes them."""
+    return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
 
 
 def write_durably(f: BinaryIO, data: bytes) -> None:
@@ -134,7 +147,7 @@ def repair_journal(path: str) -> list[str]:
     lock.acquire()  # no append may land between reading and replacing
     try:
         data = Path(path).read_bytes()
-        kept, damaged = _scan(data)
+        kept, damaged = _scan(data, path)
         if not damaged:
             return [f"{path}: nothing to repair ({len(kept)} intact records)"]
         _refuse_unfaithful(path, data, kept, damaged)
@@ -154,8 +167,10 @@ def repair_journal(path: str) -> list[str]:
 # -- reading ------------------------------------------------------------------
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
-    """The record on ``line``, or None when the line is damaged."""
+def _record(line: bytes, path: str | None = None, offset: int = 0) -> dict[str, Any] | None:
+    """The record on ``line``, or None when the line is damaged. A whole
+    record of an op code this Optuna does not know is refused, never taken
+    for damage (:class:`UsageError`)."""
     if not line.endswith(b"\n"):
         return None
     try:
@@ -166,8 +181,18 @@ def _record(line: bytes) -> dict[str, Any] | None:
         return None
     # Pieces of two records can join into valid JSON: the fields tell.
     fields = _FIELDS.get(record["op_code"])
+    if fields is None and "worker_id" in record:
+        raise _newer_optuna(path, offset, record["op_code"])
     complete = fields is not None and all(f in record for f in ("worker_id", *fields))
     return record if complete else None
+
+
+def _newer_optuna(path: str | None, offset: int, op_code: int) -> UsageError:
+    return UsageError(
+        f"{path or 'the journal'}: the record at byte {offset} has op code {op_code}, which "
+        f"Optuna {optuna.__version__} does not know: a newer Optuna wrote it. Nothing was changed.\n"
+        "  fix: install the Optuna that wrote the study where hpo runs "
+        "(pip install -U optuna), then run the command again")
 
 
 def _refuse_damage_before_records(path: str, offset: int) -> None:
@@ -177,11 +202,11 @@ def _refuse_damage_before_records(path: str, offset: int) -> None:
     """
     with open(path, "rb") as f:
         f.seek(offset)
-        if _record(f.readline()) is not None:
+        if _record(f.readline(), path, offset) is not None:
             return  # repaired meanwhile: the next read goes on from here
         stop = f.tell()
         for line in f:
-            if _record(line) is not None:
+            if _record(line, path, stop) is not None:
                 raise _damage_error(path, offset, stop)
             stop += len(line)
 
@@ -203,7 +228,7 @@ def _set_torn_tail_aside(f: BinaryIO, path: str) -> None:
     """Move the bytes after the last intact record into a file beside the
     journal, and cut the journal there. Cheap when the tail is intact."""
     size = f.seek(0, os.SEEK_END)
-    end = _last_record_end(f, size)
+    end = _last_record_end(f, size, path)
     if end == size:
         return
     f.seek(end)
@@ -216,13 +241,13 @@ def _set_torn_tail_aside(f: BinaryIO, path: str) -> None:
           file=sys.stderr)
 
 
-def _last_record_end(f: BinaryIO, size: int) -> int:
+def _last_record_end(f: BinaryIO, size: int, path: str) -> int:
     """The offset just past the last intact record (0 when there is none)."""
     end = size
     while end > 0:
         start = _line_start(f, end)
         f.seek(start)
-        if _record(f.read(end - start)) is not None:
+        if _record(f.read(end - start), path, start) is not None:
             return end
         end = start
     return 0
@@ -254,13 +279,13 @@ def _free_name(path: str, kind: str) -> Path:
 # -- salvage ------------------------------------------------------------------
 
 
-def _scan(data: bytes) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
+def _scan(data: bytes, path: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, int]]]:
     """The intact records with their offsets, and the damaged byte ranges."""
     kept: list[tuple[int, dict[str, Any]]] = []
     damaged: list[tuple[int, int]] = []
     offset = 0
     for line in io.BytesIO(data):
-        record = _record(line)
+        record = _record(line, path, offset)
         if record is not None:
             kept.append((offset, record))
         elif damaged and damaged[-1][1] == offset:

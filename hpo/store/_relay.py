@@ -1,25 +1,26 @@
-"""One writer per study: a relay that group-commits every process's appends.
+"""The study's relay: the one reader and sequencer of a study's store, in the master.
 
-Without it, every process that writes a study (the master, each trial on each
-worker) takes the journal's file lock, appends and fsyncs on its own: writers
-queue on one lock whose waiters back off up to a second (no fairness), pay a
-metadata round trip per lock on NFS/GPFS, and a writer killed while holding it
-stalls every other for Optuna's 30 s grace period.
+The master opens the study through a :class:`StudyRelay`. It holds the only
+Optuna replica of the study (:attr:`StudyRelay.storage`): the journal is
+replayed once, when the relay opens it, and from then on the replica is fed
+the records the relay commits, never re-reading the file. Trial processes
+speak :mod:`hpo.store._protocol` to it over TCP: each request is checked
+against the relay's ledger (:mod:`hpo.store._ledger`), the requests that
+arrived meanwhile are appended in one write and one fsync under the
+journal's file lock (a group commit), and each is answered, once durable,
+with what its trial must do next.
 
-The master starts a :class:`JournalRelay` with the study. Writers reach it over
-TCP (the address and a secret token travel in the storage URL the tasks get,
-``<journal>#hpo-relay=<host>:<port>:<token>``) and send their records; the
-relay appends everything that arrived meanwhile in one write and one fsync,
-under the same file lock direct writers take, then acknowledges each batch.
-An append is durable before it is acknowledged, as before; the journal stays
-Optuna's format, readable by Optuna and optuna-dashboard.
+The master's own writes (Optuna's, through the replica) join the same
+rounds: one sequencer orders every record of the study. A process that
+cannot reach the relay appends to the journal directly under its file lock;
+the relay finds those records when it next looks at the file (before each
+of its rounds, and every ``_FOREIGN_S`` when idle), feeds them to the
+replica and the ledger, and publishes the decisions they call for in the
+study's control file (:mod:`hpo.store._control`).
 
-A writer that cannot reach the relay (a firewall between compute nodes and the
-master, a master that died) appends to the journal directly under the lock, as
-every writer did before, and says so once. A batch whose acknowledgement never
-came (the relay died mid-round) is looked for in the journal first, so it is
-written once. A writer killed mid-batch sent an incomplete frame, which the
-relay drops: it was never acknowledged, and nobody waits for it.
+With a database store (SQLAlchemy URL) there is no file to follow: the
+replica is the master's storage, the relay makes each request's writes on
+it, and its ledger asks the database.
 """
 
 from __future__ import annotations
@@ -29,76 +30,105 @@ import os
 import secrets
 import selectors
 import socket
-import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import Any, BinaryIO, Callable, Iterator
 
+import optuna
+from optuna.storages.journal import BaseJournalBackend
+
+from hpo.store._control import ControlFile
 from hpo.store._files import process_alive
+from hpo.store._journal import JournalFile, encode_records, write_durably
+from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
+from hpo.store._protocol import (
+    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, decode, encode, relay_url,
+)
+from hpo.store._writes import Write, apply_writes, journal_records, writes_of
+from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
 
-if TYPE_CHECKING:
-    from hpo.store._journal import JournalFile
+__all__ = ["StudyRelay", "relay_interface", "clear_dead_relay_lock"]
 
-__all__ = ["JournalRelay", "RelayClient", "serve_journal", "relay_interface", "split_relay",
-           "clear_dead_relay_lock", "RELAY_MARK"]
-
-RELAY_MARK = "#hpo-relay="
-_FRAME = struct.Struct("!I")  # payload length
-_OK, _ERROR = b"\x00", b"\x01"
-_RECORD_START = b'{"op_code":'
-_TOKEN_BYTES = 16
-_CONNECT_TIMEOUT_S = 10.0
-_ACK_TIMEOUT_S = 300.0  # a round is one write and one fsync; NFS under load can be slow
-_RETRY_CONNECT_S = 30.0  # after a failed connect, write directly for this long
-_MAX_FRAME = 256 << 20
 _IDLE_S = 0.05  # nothing arrived for this long: release the journal's lock
 _HOLD_S = 0.5  # hold the lock at most this long while busy...
 _YIELD_S = 0.005  # ...then leave it free this long for direct writers
+_FOREIGN_S = 0.1  # when idle, look for direct appends this often
+_MAX_PEERS = 4096  # connections kept at once (a node's file limit is often 1,024)
+_MAX_UNSENT = 64 << 20  # answers a peer does not read: past this, it is dropped
 _LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
 _HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
-
-# Relays this process stopped: its own writers then go direct without a word.
-_stopped_here: set[str] = set()
+_WORKER_ID = "hpo-relay"  # the journal's worker id of the records the relay writes for trials
 
 
-def split_relay(url: str) -> tuple[str, str | None]:
-    """The journal path and the relay address of a storage URL.
-
-    >>> split_relay("runs/s/journal.log#hpo-relay=127.0.0.1:5000:ab12")
-    ('runs/s/journal.log', '127.0.0.1:5000:ab12')
-    >>> split_relay("runs/s/journal.log")
-    ('runs/s/journal.log', None)
-    """
-    path, mark, relay = url.rpartition(RELAY_MARK)
-    return (path, relay) if mark else (url, None)
-
-
-# -- the relay (in the master) ------------------------------------------------------
+def relay_interface(local: bool) -> tuple[str, str | None]:
+    """Where the relay listens and the name writers reach it by: this machine
+    only for local workers; else every interface, by this host's name.
+    ``HPO_RELAY_HOST`` names the interface (an address or host name) instead,
+    e.g. the high-speed network's."""
+    chosen = os.environ.get("HPO_RELAY_HOST")
+    if chosen:
+        return chosen, chosen
+    return ("127.0.0.1", None) if local else ("", socket.getfqdn())
 
 
 @dataclass(eq=False)
 class _Peer:
     sock: socket.socket
-    buffer: bytearray = field(default_factory=bytearray)
-    authenticated: bool = False
+    since: float
+    inbox: bytearray = field(default_factory=bytearray)
+    unsent: bytearray = field(default_factory=bytearray)
+    hello: bool = False
 
 
-class JournalRelay:
-    """Appends the batches of many writers to one journal, one fsync per round.
+@dataclass(eq=False)
+class _Local:
+    """An append by the master itself, waiting for its round."""
 
-    ``host`` is the interface to listen on: 127.0.0.1 when every worker runs
-    on this machine, ``""`` (all interfaces) when workers run on other nodes;
-    ``advertised`` is the name they reach it by.
+    records: list[dict[str, Any]]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class StudyRelay:
+    """The relay of study ``study_name`` stored at ``url`` (a journal path or
+    a SQLAlchemy URL); a context manager that serves it while the block runs.
+
+    ``pruning`` decides on each report (``hpo.pruning``); ``control`` is the
+    control file's path; ``host`` the interface to listen on (127.0.0.1 when
+    every worker runs on this machine, "" for all) and ``advertised`` the
+    name workers reach it by; ``epoch`` the master's lease epoch.
+    ``HPO_RELAY=off`` keeps the relay from its workers: they append directly
+    and read the control file, as when they cannot reach it.
     """
 
-    def __init__(self, path: str, host: str = "127.0.0.1", advertised: str | None = None) -> None:
-        self._appender = _Appender(path)
-        self._token = secrets.token_bytes(_TOKEN_BYTES)
+    def __init__(self, url: str, study_name: str, *, pruning: Pruning | None = None,
+                 control: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
+                 advertised: str | None = None, epoch: int = 0) -> None:
+        self.url, self.epoch = url, epoch
+        self.pruning = pruning
+        self._control = ControlFile(control) if control else None
+        self._journal: JournalFile | None = None
+        if "://" in url:
+            from hpo.store._study import open_storage
+
+            self.storage = open_storage(url)
+            self.ledger: Ledger = StorageLedger(self.storage, study_name, pruning)
+        else:
+            clear_dead_relay_lock(url)
+            self._journal = JournalFile(url)
+            ledger = JournalLedger(study_name, pruning)
+            self.ledger = ledger
+            self._feed = _Feed(self._journal, ledger, self.append_local)
+            self.storage = optuna.storages.JournalStorage(self._feed)  # the one replay of the file
+            self._end = self._feed.take_over()
+            self._appender = _Appender(self._journal)
+        self._token = secrets.token_bytes(16)
         self._listener = socket.create_server((host, 0), backlog=1024)
         self._listener.setblocking(False)
         port = self._listener.getsockname()[1]
@@ -108,44 +138,129 @@ class JournalRelay:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._requests: list[tuple[_Peer, dict[str, Any]]] = []
+        self._locals: deque[_Local] = deque()
+        self._later: deque[tuple[_Peer, dict[str, Any]]] = deque()  # answers made off this thread
+        self._decider = ThreadPoolExecutor(1, "hpo-pruner") if pruning is not None and pruning.slow else None
+        self._accepting = True
         self._stopping = False
-        self._thread = threading.Thread(target=self._serve, name="hpo-journal-relay", daemon=True)
+        self.broken: BaseException | None = None
+        self._looked = self._swept = 0.0
+        self._thread = threading.Thread(target=self._serve, name="hpo-study-relay", daemon=True)
 
-    def start(self) -> "JournalRelay":
+    # -- the master's side ----------------------------------------------------------
+
+    @property
+    def writers_url(self) -> str:
+        """The storage URL the tasks get: the store and this relay (the store
+        alone when ``HPO_RELAY=off``)."""
+        if os.environ.get("HPO_RELAY", "").lower() == "off":
+            return self.url
+        return relay_url(self.url, self.address)
+
+    def start(self) -> "StudyRelay":
         self._thread.start()
         return self
 
     def stop(self) -> None:
         """Commit what has fully arrived, then close every connection."""
-        _stopped_here.add(self.address)
-        self._stopping = True
-        self._wake_w.send(b"x")
-        self._thread.join()
+        if self._thread.is_alive():
+            self._stopping = True
+            self._wake()
+            self._thread.join()
+        if self._decider is not None:
+            self._decider.shutdown(wait=False, cancel_futures=True)
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()
+        self._listener.close()  # also when it was not registered (accepting paused)
         self._selector.close()
         self._wake_w.close()
+
+    def __enter__(self) -> "StudyRelay":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def append_local(self, records: list[dict[str, Any]]) -> None:
+        """Append the master's own records in the next round; returns once
+        they are durable. OSError when the relay could not write them."""
+        if self.broken is not None or not self._thread.is_alive():
+            raise OSError(f"the study's relay is not running{_because(self.broken)}")
+        local = _Local(records)
+        self._locals.append(local)
+        self._wake()
+        local.done.wait()
+        if local.error is not None:
+            raise OSError(f"the study's store could not be written: {local.error}") from local.error
+
+    def catch_up(self) -> None:
+        """Make the replica hold what other processes appended to the journal
+        directly so far (a task that ended on the direct path wrote its end
+        before it returned); cheap when they appended nothing."""
+        if self._journal is None:
+            return
+        try:
+            grown = os.stat(self._journal.path).st_size > self._end
+        except OSError:
+            return
+        if grown:
+            self.append_local([])
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass  # full: it wakes anyway
+
+    # -- the relay's thread ---------------------------------------------------------
 
     def _serve(self) -> None:
         try:
             while not self._stopping:
-                self._round()
+                self._turn()
+            self._turn(final=True)
+        except BaseException as exc:  # a full disk, a bug: the master hears it at its next write
+            self.broken = exc
+            print(f"hpo: the study's relay stopped: {type(exc).__name__}: {exc}", file=sys.stderr,
+                  flush=True)
+            for key in list(self._selector.get_map().values()):  # its clients hear it at once
+                if isinstance(key.data, _Peer):
+                    self._drop(key.data)
         finally:
-            self._appender.release()
+            for local in self._locals:
+                local.error = local.error or self.broken or OSError("the study's relay stopped")
+                local.done.set()
+            if self._journal is not None:
+                self._appender.release()
 
-    def _round(self) -> None:
-        ready: list[tuple[_Peer, bytes]] = []
-        for key, _ in self._selector.select(_IDLE_S if self._appender.held else None):
+    def _turn(self, final: bool = False) -> None:
+        busy = self._requests or self._locals or self._later
+        held = self._journal is not None and self._appender.held
+        timeout = 0 if (busy or final) else (_IDLE_S if held else _FOREIGN_S)
+        for key, mask in self._selector.select(timeout):
             if key.fileobj is self._listener:
                 self._accept()
             elif key.fileobj is self._wake_r:
-                self._wake_r.recv(4096)
+                self._drain_wake()
             else:
-                self._receive(key.data, ready)
-        if ready:
-            self._commit(ready)
-        else:  # idle: let direct writers have the lock
-            self._appender.release()
+                if mask & selectors.EVENT_READ:
+                    self._receive(key.data)
+                if mask & selectors.EVENT_WRITE:
+                    self._flush(key.data)
+        self._drop_silent()
+        while self._later:
+            self._send(*self._later.popleft())
+        requests, self._requests = self._requests, []
+        locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
+        if requests or locals_:
+            self._round(requests, locals_)
+        elif self._journal is not None:
+            self._appender.release()  # idle: let direct writers have the lock
+            if time.monotonic() - self._looked >= _FOREIGN_S:
+                self._take_foreign()
+
+    # -- connections ----------------------------------------------------------------
 
     def _accept(self) -> None:
         while True:
@@ -153,11 +268,36 @@ class JournalRelay:
                 sock, _ = self._listener.accept()
             except BlockingIOError:
                 return
+            except OSError:  # out of file descriptors: serve those already here
+                self._pause_accepting()
+                return
+            if len(self._selector.get_map()) - 2 >= _MAX_PEERS:
+                sock.close()
+                self._pause_accepting()
+                return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._selector.register(sock, selectors.EVENT_READ, _Peer(sock))
+            self._selector.register(sock, selectors.EVENT_READ, _Peer(sock, time.monotonic()))
 
-    def _receive(self, peer: _Peer, ready: list[tuple[_Peer, bytes]]) -> None:
+    def _pause_accepting(self) -> None:
+        """Stop accepting until a connection closes (a full table stays full)."""
+        if self._accepting:
+            self._selector.unregister(self._listener)
+            self._accepting = False
+
+    def _resume_accepting(self) -> None:
+        if not self._accepting:
+            self._selector.register(self._listener, selectors.EVENT_READ)
+            self._accepting = True
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _receive(self, peer: _Peer) -> None:
         try:
             data = peer.sock.recv(1 << 20)
         except (BlockingIOError, InterruptedError):
@@ -167,38 +307,330 @@ class JournalRelay:
         if not data:  # closed: an incomplete frame (a writer killed mid-send) is dropped
             self._drop(peer)
             return
-        peer.buffer += data
-        for payload in _frames(peer.buffer):
-            if not peer.authenticated:
-                if not secrets.compare_digest(payload, self._token):
-                    self._drop(peer)
-                    return
-                peer.authenticated = True
-            elif _well_formed(payload):
-                ready.append((peer, payload))
-            else:
-                self._drop(peer)  # not hpo's client: never let it write
+        peer.inbox += data
+        while len(peer.inbox) >= HEADER.size:
+            (size,) = HEADER.unpack_from(peer.inbox)
+            if size > MAX_REQUEST:  # refused before it is read
+                self._drop(peer)
                 return
+            if len(peer.inbox) < HEADER.size + size:
+                return
+            payload = bytes(peer.inbox[HEADER.size:HEADER.size + size])
+            del peer.inbox[:HEADER.size + size]
+            try:
+                message = decode(payload)
+            except ValueError:
+                self._drop(peer)
+                return
+            if not peer.hello:
+                if not self._greet(peer, message):
+                    return
+            else:
+                self._requests.append((peer, message))
+
+    def _greet(self, peer: _Peer, hello: dict[str, Any]) -> bool:
+        token = hello.get("hello")
+        good = isinstance(token, str) and secrets.compare_digest(token.encode(), self._token.hex().encode())
+        if not good or hello.get("v") != VERSION:
+            self._drop(peer)  # not hpo's client, or another version: never let it write
+            return False
+        peer.hello = True
+        self._send(peer, {"v": VERSION, "epoch": self.epoch})
+        return True
+
+    def _drop_silent(self) -> None:
+        """Close connections that never said hello (looked at once a second)."""
+        now = time.monotonic()
+        if now - self._swept < 1.0:
+            return
+        self._swept = now
+        limit = now - HELLO_TIMEOUT_S
+        for key in list(self._selector.get_map().values()):
+            peer = key.data
+            if isinstance(peer, _Peer) and not peer.hello and peer.since < limit:
+                self._drop(peer)
 
     def _drop(self, peer: _Peer) -> None:
-        self._selector.unregister(peer.sock)
-        peer.sock.close()
-
-    def _commit(self, ready: list[tuple[_Peer, bytes]]) -> None:
         try:
-            self._appender.write(b"".join(payload for _, payload in ready))
-            reply = _OK
-        except Exception as exc:  # a full disk...: every writer of the round hears it
-            reply = _ERROR + f"{type(exc).__name__}: {exc}".encode()
-        for peer, _ in ready:
+            self._selector.unregister(peer.sock)
+        except (KeyError, ValueError):
+            return
+        peer.sock.close()
+        self._resume_accepting()
+
+    def _send(self, peer: _Peer, answer: dict[str, Any]) -> None:
+        if peer.sock.fileno() < 0:
+            return  # left meanwhile; its records are durable all the same
+        peer.unsent += encode(answer)
+        self._flush(peer)
+
+    def _flush(self, peer: _Peer) -> None:
+        try:
+            sent = peer.sock.send(peer.unsent)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            self._drop(peer)
+            return
+        del peer.unsent[:sent]
+        if len(peer.unsent) > _MAX_UNSENT:
+            self._drop(peer)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if peer.unsent else 0)
+        try:
+            self._selector.modify(peer.sock, events, peer)
+        except (KeyError, ValueError):
+            pass
+
+    # -- a round ----------------------------------------------------------------------
+
+    def _round(self, requests: list[tuple[_Peer, dict[str, Any]]], locals_: list[_Local]) -> None:
+        """Check each request, write the round in one go, then answer."""
+        writing = locals_ or any(message.get("op") != "poll" for _, message in requests)
+        if self._journal is not None and writing and self._appender.hold():
+            self._take_foreign()  # appended by others while the lock was free
+        records: list[dict[str, Any]] = []
+        for local in locals_:
+            for record in local.records:
+                self.ledger.apply(record)  # type: ignore[attr-defined]
+            records.extend(local.records)
+        written: list[tuple[_Peer, dict[str, Any], list[Write]]] = []
+        for peer, message in requests:
             try:
-                peer.sock.sendall(_FRAME.pack(len(reply)) + reply)
-            except OSError:
-                pass  # the writer left; its batch is durable all the same
+                answer, writes = self._admit(message)
+            except (KeyError, ValueError, TypeError) as exc:
+                answer, writes = _refusal(message, f"malformed request: {type(exc).__name__}: {exc}"), None
+            if answer is not None:
+                self._send(peer, answer)
+            if writes is None:
+                continue
+            written.append((peer, message, writes))
+            if self._journal is not None:
+                new = journal_records(writes, _WORKER_ID)
+                for record in new:
+                    self.ledger.apply(record)  # type: ignore[attr-defined]
+                records.extend(new)
+        try:
+            outcomes = self._commit(records, written)
+        except Exception as exc:
+            for local in locals_:
+                local.error = exc
+                local.done.set()
+            for peer, message, _ in written:
+                self._send(peer, _refusal(message, error=f"{type(exc).__name__}: {exc}"))
+            raise
+        for local in locals_:
+            local.done.set()
+        for (peer, message, writes), stored in zip(written, outcomes):
+            if message["op"] != "start":  # answered already
+                self._answer(peer, message, stored)
+        self._publish()
+
+    def _commit(self, records: list[dict[str, Any]],
+                written: list[tuple[_Peer, dict[str, Any], list[Write]]]) -> list[bool]:
+        """Make the round durable; per request, whether its writes were stored."""
+        if self._journal is not None:
+            data = encode_records(records)
+            if data:
+                self._appender.write(data)
+                self._end += len(data)
+                self._feed.add(records)
+            return [True] * len(written)
+        stored = []
+        for _, _, writes in written:
+            ok = apply_writes(self.storage, writes)
+            if ok:
+                self.ledger.wrote(writes)
+            else:
+                self.ledger.refused(writes[0][1])
+            stored.append(ok)
+        return stored
+
+    def _admit(self, message: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Write] | None]:
+        """Check a request against the ledger: the answer to send now (a
+        refusal, or a start's), and the writes to make (None: none)."""
+        trial_id = int(message["trial"])
+        ended = self.ledger.ended(trial_id)
+        if ended is not None:
+            return _refusal(message, halt="ended", status=ended[0], value=ended[1]), None
+        view = self.ledger.live(trial_id)
+        if view is None:
+            return _refusal(message, halt="unknown"), None
+        if message["op"] == "poll" and message.get("run") is None:  # only: is it still live?
+            return {"id": message.get("id"), "ok": True}, None
+        token = str(message["run"])
+        if message["op"] == "start":
+            return self._start(message, view, token)
+        if view.run.get("token") != token or not attempt_open(view.run):
+            return _refusal(message, halt="superseded"), None
+        writes = writes_of(message)
+        for kind, _, key, value in writes:
+            if kind == "attr" and key == RUN_ATTR and (value or {}).get("token") != token:
+                raise ValueError("a run record must carry its attempt's token")
+        return None, writes
+
+    def _start(self, message: dict[str, Any], view: Any,
+               token: str) -> tuple[dict[str, Any], list[Write]]:
+        if view.run.get("token") == token and attempt_open(view.run):  # asked again
+            run, events = view.run, []
+        else:
+            run, events = begin_attempt(view.run, view.heartbeat, dict(message["where"]),
+                                        float(message["now"]), float(message["gpus"]), token)
+        known_reports, known_segments = (int(n) for n in message.get("knows") or (0, 0))
+        reports = [[step, view.reports[step]] for step in sorted(view.reports)]
+        segments = [view.segments[index] for index in sorted(view.segments)]
+        answer = {"id": message.get("id"), "ok": True, "run": run,
+                  "reports": reports[known_reports:], "segments": segments[known_segments:]}
+        writes: list[Write] = [("attr", view.trial_id, key, event) for key, event in events]
+        writes.append(("attr", view.trial_id, RUN_ATTR, run))
+        return answer, writes
+
+    def _answer(self, peer: _Peer, message: dict[str, Any], stored: bool) -> None:
+        trial_id = int(message["trial"])
+        if message["op"] == "end" and message["status"] != TrialStatus.SUSPENDED.value:
+            ended = self.ledger.ended(trial_id)
+            won = stored and ended is not None and ended[0] == message["status"]
+            self._send(peer, {"id": message.get("id"), "ok": True, "won": won,
+                              "status": ended[0] if ended else None,
+                              "value": ended[1] if ended else None})
+            return
+        if not stored:
+            ended = self.ledger.ended(trial_id) or (None, None)
+            self._send(peer, _refusal(message, halt="ended", status=ended[0], value=ended[1]))
+            return
+        step = message.get("step") if message["op"] == "report" else None
+        if step is not None and self._decider is not None:  # a slow pruner: off this thread
+            self._decider.submit(self._decide_later, peer, message, trial_id, int(step))
+            return
+        decision = self._decision(trial_id, None if step is None else int(step))
+        self._send(peer, {"id": message.get("id"), "ok": True, **decision.to_wire()})
+
+    def _decision(self, trial_id: int, step: int | None) -> Decision:
+        study = self.ledger.study()
+        pruned = self.ledger.pruned.get(trial_id)
+        if pruned is None and step is not None and self.pruning is not None:
+            pruned = self._prune(trial_id, step)
+        return Decision(stop=study.stop, prune=pruned, resize=study.resize.get(str(trial_id)),
+                        contender=study.contender)
+
+    def _prune(self, trial_id: int, step: int) -> str | None:
+        view = self.ledger.live(trial_id)
+        if view is None:
+            return None
+        why = self.pruning.decide(trial_id, view.number, step, view.values)
+        if why is not None:
+            self.ledger.pruned[trial_id] = why
+        return why
+
+    def _decide_later(self, peer: _Peer, message: dict[str, Any], trial_id: int, step: int) -> None:
+        try:
+            decision = self._decision(trial_id, step)
+            answer = {"id": message.get("id"), "ok": True, **decision.to_wire()}
+        except Exception as exc:  # the user's pruner failed: the trial goes on, and says why
+            answer = {"id": message.get("id"), "ok": True, "prune_error": f"{type(exc).__name__}: {exc}"}
+        self._later.append((peer, answer))
+        self._wake()
+
+    def _publish(self) -> None:
+        """Rewrite the control file when the study's decisions changed."""
+        if self._control is None:
+            return
+        study = self.ledger.study()
+        wire = Decision(stop=study.stop, contender=study.contender).to_wire()
+        pruned = dict(self.ledger.pruned)  # one copy: a slow pruner's thread adds to it
+        self._control.write(self.epoch, {**wire, "resize": study.resize,
+                                         "prune": {str(k): v for k, v in pruned.items()}})
+
+    # -- direct appends -----------------------------------------------------------------
+
+    def _take_foreign(self) -> None:
+        """Follow what other processes appended to the journal directly."""
+        self._looked = time.monotonic()
+        try:
+            size = os.stat(self._journal.path).st_size
+        except FileNotFoundError:
+            return
+        if size <= self._end:
+            return
+        records, end = self._journal.read_from(self._end)
+        if not records:
+            return
+        self._end = end
+        reported: list[tuple[int, int]] = []
+        for record in records:
+            self.ledger.apply(record)  # type: ignore[attr-defined]
+            if record.get("op_code") == 7:
+                reported.append((record["trial_id"], int(record["step"])))
+        self._feed.add(records)
+        if self.pruning is not None and not self.pruning.slow:
+            for trial_id, step in reported:
+                if trial_id not in self.ledger.pruned:
+                    self._prune(trial_id, step)
+        self._publish()
+
+
+def _refusal(message: dict[str, Any], halt: str | None = None, error: str | None = None,
+             **details: Any) -> dict[str, Any]:
+    answer: dict[str, Any] = {"id": message.get("id"), "ok": False}
+    if halt is not None:
+        answer["halt"] = halt
+        answer.update(details)
+    else:
+        answer["error"] = error
+    return answer
+
+
+def _because(exc: BaseException | None) -> str:
+    return f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+
+
+class _Feed(BaseJournalBackend):
+    """The master replica's journal backend: the file once, when the replica
+    is made (the ledger following), then the records the relay commits or
+    finds; the master's own appends go to the relay."""
+
+    def __init__(self, journal: JournalFile, ledger: JournalLedger,
+                 append: Callable[[list[dict[str, Any]]], None]) -> None:
+        self._journal, self._ledger, self._append = journal, ledger, append
+        self._records: list[dict[str, Any]] = []
+        self._first = 0  # the record number of self._records[0]
+        self._from_file: int | None = 0  # records read from the file; None once the relay feeds
+        self._lock = threading.Lock()
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        if self._from_file is not None:
+            return self._read_file(log_number_from)
+        with self._lock:
+            del self._records[:max(log_number_from - self._first, 0)]
+            self._first = max(self._first, log_number_from)
+            return iter(list(self._records))
+
+    def _read_file(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        for record in self._journal.read_logs(log_number_from):
+            self._ledger.apply(record)
+            self._from_file += 1
+            yield record
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy in another process (a pickled study) reads and appends to
+        the file itself: the relay stays with its master."""
+        return JournalFile, (self._journal.path,)
+
+    def take_over(self) -> int:
+        """From now on the relay feeds the replica; the byte offset it goes on from."""
+        self._first, self._from_file = self._from_file, None
+        return self._journal.read_to
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._records.extend(records)
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._append(logs)
 
 
 class _Appender:
-    """The journal held open under its file lock while batches keep coming.
+    """The journal held open under its file lock while rounds keep coming.
 
     Taking the lock per round costs three metadata operations that the next
     fsync must commit too (measured: 1.7 ms a round instead of 0.7 ms), so the
@@ -206,9 +638,8 @@ class _Appender:
     which direct writers get a moment to take it. While it is held, a file
     beside the journal names it (:func:`clear_dead_relay_lock`)."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._journal: JournalFile | None = None  # made at the first write: it creates the file
+    def __init__(self, journal: JournalFile) -> None:
+        self._journal = journal
         self._stack: ExitStack | None = None
         self._file: BinaryIO | None = None
         self._since = 0.0
@@ -217,32 +648,35 @@ class _Appender:
     def held(self) -> bool:
         return self._file is not None
 
-    def write(self, data: bytes) -> None:
-        from hpo.store._journal import JournalFile, write_durably
+    def hold(self) -> bool:
+        """Hold the lock for a round; True when it was (re)taken just now,
+        so that appends made without it may have come meanwhile."""
+        if self._file is not None:
+            if time.monotonic() - self._since <= _HOLD_S:
+                return False
+            self.release()
+            time.sleep(_YIELD_S)
+        self._stack = ExitStack()
+        self._file = self._stack.enter_context(self._journal.locked())
+        self._since = time.monotonic()
+        path = self._journal.path
+        held = {"lock": _lock_identity(path), "host": socket.gethostname(), "pid": os.getpid()}
+        Path(path + _HELD_SUFFIX).write_text(json.dumps(held))
+        return True
 
-        if self._journal is None:
-            self._journal = JournalFile(self._path)
+    def write(self, data: bytes) -> None:
+        """Append under the lock :meth:`hold` took for this round, and fsync."""
         if self._file is None:
-            self._acquire()
+            raise RuntimeError("the journal's lock is not held")
         try:
             write_durably(self._file, data)
         except BaseException:
             self.release()  # the next holder sets a torn tail aside
             raise
-        if time.monotonic() - self._since > _HOLD_S:
-            self.release()
-            time.sleep(_YIELD_S)
-
-    def _acquire(self) -> None:
-        self._stack = ExitStack()
-        self._file = self._stack.enter_context(self._journal.locked())
-        self._since = time.monotonic()
-        held = {"lock": _lock_identity(self._path), "host": socket.gethostname(), "pid": os.getpid()}
-        Path(self._path + _HELD_SUFFIX).write_text(json.dumps(held))
 
     def release(self) -> None:
         if self._stack is not None:
-            Path(self._path + _HELD_SUFFIX).unlink(missing_ok=True)  # before the lock goes
+            Path(self._journal.path + _HELD_SUFFIX).unlink(missing_ok=True)  # before the lock goes
             stack, self._stack, self._file = self._stack, None, None
             stack.close()
 
@@ -275,138 +709,3 @@ def _lock_identity(path: str) -> list[int] | None:
     except OSError:
         return None
     return [info.st_ino, info.st_ctime_ns]
-
-
-def _frames(buffer: bytearray) -> Iterator[bytes]:
-    """Complete frames at the start of ``buffer``, removed from it."""
-    while len(buffer) >= _FRAME.size:
-        (size,) = _FRAME.unpack_from(buffer)
-        if size > _MAX_FRAME or len(buffer) < _FRAME.size + size:
-            return
-        payload = bytes(buffer[_FRAME.size:_FRAME.size + size])
-        del buffer[:_FRAME.size + size]
-        yield payload
-
-
-def _well_formed(payload: bytes) -> bool:
-    """Whole journal lines, as JournalFile encodes them (the records themselves
-    are the writer's business, as with a direct append)."""
-    return payload.startswith(_RECORD_START) and payload.endswith(b"\n")
-
-
-def relay_interface(local: bool) -> tuple[str, str | None]:
-    """Where the relay listens and the name writers reach it by: this machine
-    only for local workers; else every interface, by this host's name.
-    ``HPO_RELAY_HOST`` names the interface (an address or host name) instead,
-    e.g. the high-speed network's."""
-    chosen = os.environ.get("HPO_RELAY_HOST")
-    if chosen:
-        return chosen, chosen
-    return ("127.0.0.1", None) if local else ("", socket.getfqdn())
-
-
-@contextmanager
-def serve_journal(url: str, host: str = "127.0.0.1",
-                  advertised: str | None = None) -> Iterator[str]:
-    """Relay the appends to the journal at ``url`` while the block runs; yield
-    the URL writers should use. Other storages (SQLAlchemy URLs) are yielded
-    unchanged, and so is everything when ``HPO_RELAY=off``."""
-    if "://" in url or split_relay(url)[1] or os.environ.get("HPO_RELAY", "").lower() == "off":
-        yield url
-        return
-    clear_dead_relay_lock(url)
-    relay = JournalRelay(url, host, advertised).start()
-    try:
-        yield f"{url}{RELAY_MARK}{relay.address}"
-    finally:
-        relay.stop()
-
-
-# -- writers ------------------------------------------------------------------------
-
-
-class RelayClient:
-    """A writer's link to the relay: one connection per thread, so threads of
-    one process send their batches side by side into the same round."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        host, port, token = address.rsplit(":", 2)
-        self._where = (host, int(port))
-        self._token = bytes.fromhex(token)
-        self._local = threading.local()
-        self._unreachable_until = 0.0
-        self._told = False
-
-    def append(self, data: bytes) -> bool | None:
-        """Send ``data`` and wait until it is durable: True. False when the
-        relay cannot be reached (nothing was sent: write directly); None when
-        the outcome is unknown (sent, but no acknowledgement came).
-
-        Raises
-        ------
-        OSError
-            The relay could not write (a full disk...), with its reason.
-        """
-        sock = self._connection()
-        if sock is None:
-            return False
-        try:
-            sock.sendall(_FRAME.pack(len(data)) + data)
-            reply = _read_frame(sock)
-        except OSError:
-            self._disconnect()
-            self._unreachable("it stopped answering")
-            return None
-        if reply[:1] != _OK:
-            raise OSError(f"the store's relay could not write: {reply[1:].decode(errors='replace')}")
-        return True
-
-    def _connection(self) -> socket.socket | None:
-        sock = getattr(self._local, "sock", None)
-        if sock is not None:
-            return sock
-        if time.monotonic() < self._unreachable_until:
-            return None
-        try:
-            sock = socket.create_connection(self._where, timeout=_CONNECT_TIMEOUT_S)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(_ACK_TIMEOUT_S)
-            sock.sendall(_FRAME.pack(len(self._token)) + self._token)
-        except OSError as exc:
-            self._unreachable(f"{type(exc).__name__}: {exc}")
-            self._unreachable_until = time.monotonic() + _RETRY_CONNECT_S
-            return None
-        self._local.sock = sock
-        return sock
-
-    def _disconnect(self) -> None:
-        sock = getattr(self._local, "sock", None)
-        self._local.sock = None
-        if sock is not None:
-            sock.close()
-
-    def _unreachable(self, why: str) -> None:
-        if self._told or self.address in _stopped_here:
-            return
-        self._told = True
-        host, port = self._where
-        print(f"hpo: the store's relay at {host}:{port} cannot be reached ({why}); this process "
-              "appends to the journal directly, under its file lock, as without a relay",
-              file=sys.stderr, flush=True)
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    header = _read_exactly(sock, _FRAME.size)
-    return _read_exactly(sock, _FRAME.unpack(header)[0])
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            raise ConnectionResetError("the relay closed the connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)

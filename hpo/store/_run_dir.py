@@ -13,6 +13,8 @@ Layout of a run directory (``runs/<study-name>/``)::
                    optional shortcuts for readers (hpo.store._snapshot): the
                    state of a journal prefix; ignored unless they match it
     master.lease   the master that holds the study (hpo.store._lease)
+    control.json   the study's decisions, for trials that cannot reach its
+                   relay (hpo.store._control)
     trials/<n>/    per-trial checkpoint directories
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
+from hpo.store._control import CONTROL_FILE
 from hpo.store._files import write_atomically
 from hpo.store._journal import repair_journal
 from hpo.store._lease import MasterLease
@@ -69,6 +72,11 @@ class RunDir:
     @property
     def study_file(self) -> Path:
         return self.path / _STUDY_FILE
+
+    @property
+    def control_file(self) -> Path:
+        """The study's decisions for trials that cannot reach its relay."""
+        return self.path / CONTROL_FILE
 
     def checkpoint_dir(self, number: int) -> Path:
         """Per-trial directory on shared storage; a retried trial finds it again."""

@@ -1,39 +1,63 @@
-"""The stored layout of a study: what ``hpo`` writes beside Optuna's own fields.
+"""The stored layout of a study: every key ``hpo`` writes beside Optuna's own
+fields, who writes it, and who reads it.
 
 Optuna's storage keeps each trial's state, parameters, value and intermediate
 values. ``hpo`` adds trial system attributes (Optuna's place for what a
 library keeps about a trial, as its samplers do), one journal line per write;
 user attributes stay the user's, so tools that list them (optuna-dashboard's
-trial table) are not filled with a column per step and per event:
+trial table) are not filled with a column per step and per event.
 
-==============================  =======  ======================================
-key                             writer   content
-==============================  =======  ======================================
-``hpo:run``                     worker   :class:`RunRecord`: the current
-                                         attempt, and briefs of earlier ones
-``hpo:report:<step:06d>``       worker   all metrics of one step
-``hpo:segment:<index:06d>``     worker   :class:`SegmentRecord`: one
-                                         resumable segment (segmented policies)
-``hpo:event:<ns:020d>-<pid>``   both     :class:`EventRecord`: one decision
-``hpo:heartbeat``               both     a time (the worker, every few
-                                         seconds), or ``{"abandoned_at": t}``
-                                         (a master that gave the trial up)
-``hpo:ended_by``                master   :class:`EndedBy`: ended without result
-study ``hpo:stop``              master   why the study must stop, or None
-                                         (a study user attribute)
-study ``hpo:contender``         master   the convergence a running trial
-                                         must reach to keep its slot at the
-                                         end of its quantum (None: nobody
-                                         waits; a study user attribute)
-==============================  =======  ======================================
+Writers: "relay" is the study's relay in the master (:mod:`hpo.store._relay`),
+writing what a trial's process asked for over the store protocol
+(:mod:`hpo.store._protocol`), or that process itself when the relay cannot be
+reached (:mod:`hpo.store._link`); "master" is the master loop through its
+:class:`~hpo.store.StudyStore`. Readers: the master (M), the relay's ledger
+(L), the trial's own next task (T: the master copies it into the task), the
+results and the dashboard (R).
+
+=================================  ========  =======  =================================
+key                                writer    readers  content
+=================================  ========  =======  =================================
+``hpo:run``                        relay     M L T R  :class:`RunRecord`: the current
+                                   (master:           attempt (its ``token`` names it),
+                                   ends)              and briefs of earlier ones
+``hpo:report:<step:06d>``          relay     L T R    all metrics of one step (the
+                                                      study's metric is also Optuna's
+                                                      intermediate value)
+``hpo:segment:<index:06d>``        relay     M T R    :class:`SegmentRecord`: one
+                                                      resumable segment
+``hpo:event:<ns:020d>-<pid>``      both      R        :class:`EventRecord`: one decision
+``hpo:heartbeat``                  both      M L R    a time (the attempt, every few
+                                                      seconds), or ``{"abandoned_at": t}``
+                                                      (a master that gave the trial up)
+``hpo:profile:<gpus>``             relay     M R      a training rate measured on that
+                                                      many GPUs (FLEET)
+``hpo:alloc:<index:03d>``          master    M R      one allocation the master made,
+                                                      with its reason
+``hpo:ended_by``                   master    M L R    :class:`EndedBy`: ended without a
+                                                      result
+study ``hpo:stop``                 master    L R      why the study must stop, or None
+study ``hpo:contender``            master    L        the convergence a running trial
+                                                      must reach to keep its slot at the
+                                                      end of its quantum (None: nobody
+                                                      waits; "inf" as a string)
+study ``hpo:resize``               master    L        trial id -> the GPU count the
+                                                      master grows it to
+=================================  ========  =======  =================================
+
+Beside the store, ``control.json`` in the run directory holds the decisions
+of the study (stop, contender, resizes, prunes), rewritten atomically by the
+relay, for trial processes that cannot reach it (:mod:`hpo.store._control`).
 
 The contract, for writers and readers:
 
 - The master creates trials: Optuna RUNNING without a run record (PENDING).
-- The worker running a trial is the only writer of its run record, reports,
-  segments and heartbeat, and sets its final state. The master ends only
-  trials no worker runs (never started, lost, suspended), and the first
-  final state wins: Optuna refuses to change a finished trial.
+- The attempt that started a trial last (the token in its run record) is
+  the only writer of its run record, reports, segments, profiles and
+  heartbeat, and sets its final state; the relay refuses the requests of
+  any other attempt. The master ends only trials no attempt runs (never
+  started, lost, suspended), and the first final state wins: Optuna refuses
+  to change a finished trial.
 - Events have one key each (time and writer), so master and workers never
   overwrite each other's.
 - Each write is durable when the call returns (the journal fsyncs appends).
@@ -43,7 +67,7 @@ The contract, for writers and readers:
   as the same key (:func:`attr_of`).
 
 Everything here is pure: builders return records, readers take Optuna's
-``FrozenTrial``. :class:`hpo.store.StudyStore` writes them.
+``FrozenTrial``. :class:`hpo.store.StudyStore` and the relay write them.
 """
 
 from __future__ import annotations
@@ -65,7 +89,8 @@ __all__ = [
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
     "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
     "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
-    "segment_key", "cost_of", "study_cost", "RETRIED",
+    "segment_key", "cost_of", "study_cost", "RETRIED", "status_from", "sign_of_life",
+    "attempt_open", "begin_attempt", "TrialContext", "context_of",
 ]
 
 RUN_ATTR = "hpo:run"
@@ -163,6 +188,7 @@ class AttemptRecord(TypedDict, total=False):
 class RunRecord(TypedDict, total=False):
     """The trial's current attempt, written by its worker at every start and end."""
 
+    token: str  # names the attempt (or segment): the relay refuses other attempts' requests
     host: str
     pid: int
     attempt: int  # 1 for the first
@@ -290,8 +316,12 @@ def run_of(trial: optuna.trial.FrozenTrial) -> RunRecord:
 
 def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
     """The status of a stored trial."""
-    run = run_of(trial)
-    state = trial.state
+    return status_from(trial.state, run_of(trial), attr_of(trial, ENDED_BY_ATTR))
+
+
+def status_from(state: optuna.trial.TrialState, run: RunRecord, ended_by: Any) -> TrialStatus:
+    """The status of a trial in Optuna ``state`` with this run record and
+    ``hpo:ended_by`` (what :func:`status_of` reads from a stored trial)."""
     if state == _OPTUNA.RUNNING:
         if not run:
             return TrialStatus.PENDING
@@ -301,7 +331,7 @@ def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
     if state == _OPTUNA.PRUNED:
         stopped = str(run.get("stop_reason") or "").startswith("stopped")
         return TrialStatus.STOPPED if stopped else TrialStatus.PRUNED
-    if attr_of(trial, ENDED_BY_ATTR):
+    if ended_by:
         return TrialStatus.CANCELLED
     if run.get("timed_out"):
         return TrialStatus.TIMEOUT
@@ -326,18 +356,47 @@ def task_done(trial: optuna.trial.FrozenTrial, segment_before: int) -> bool:
 
 def last_sign_of_life(trial: optuna.trial.FrozenTrial) -> float:
     """When the trial's worker last showed it was alive (0.0: never, or given up)."""
-    run = run_of(trial)
-    beat = attr_of(trial, HEARTBEAT_ATTR)
+    return sign_of_life(run_of(trial), attr_of(trial, HEARTBEAT_ATTR))
+
+
+def sign_of_life(run: RunRecord, heartbeat: Any) -> float:
+    """:func:`last_sign_of_life` from a run record and an ``hpo:heartbeat`` value."""
     started = run.get("segment_started_at") or run.get("started_at") or 0.0
-    if isinstance(beat, dict):  # given up by a master that stopped; alive if started since
-        return started if started > beat["abandoned_at"] else 0.0
-    return max(beat or 0.0, started)
+    if isinstance(heartbeat, dict):  # given up by a master that stopped; alive if started since
+        return started if started > heartbeat["abandoned_at"] else 0.0
+    return max(heartbeat or 0.0, started)
+
+
+def attempt_open(run: RunRecord) -> bool:
+    """Whether the attempt (or segment) the run record names has not ended:
+    started, and not ended since (suspended, given up, or finished)."""
+    ended = run.get("ended_at")
+    return bool(run) and not (ended is not None and ended >= run.get("segment_started_at", 0.0))
+
+
+class TrialContext(TypedDict):
+    """What a trial's task carries of its stored trial: the master fills it,
+    so that the trial's process never reads the store (records.py's T)."""
+
+    run: RunRecord
+    heartbeat: Any
+    reports: list[tuple[int, dict[str, float]]]
+    segments: list[SegmentRecord]
+
+
+def context_of(trial: optuna.trial.FrozenTrial | None) -> TrialContext:
+    """The context of a stored trial (an empty one for None)."""
+    if trial is None:
+        return {"run": {}, "heartbeat": None, "reports": [], "segments": []}
+    attrs = grouped_attrs(trial)
+    return {"run": run_of(trial), "heartbeat": attr_of(trial, HEARTBEAT_ATTR),
+            "reports": attrs.reports, "segments": attrs.segments}
 
 
 # -- builders ----------------------------------------------------------------------
 
 
-def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: int,
+def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: float,
               last_seen: float | None = None) -> RunRecord:
     """The run record as a task starts: the next segment of a suspended trial,
     or a new attempt (the first, a retry, or one after ``previous`` was lost,
@@ -358,7 +417,26 @@ def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: int,
             "gpu_seconds": previous.get("gpu_seconds", 0.0)}
 
 
-def end_run(run: RunRecord, now: float, gpus: int, *, metrics: dict[str, float],
+def begin_attempt(previous: RunRecord, heartbeat: Any, where: dict[str, Any], now: float,
+                  gpus: float, token: str) -> tuple[RunRecord, list[tuple[str, EventRecord]]]:
+    """The run record of an attempt (or segment) named ``token`` that starts
+    at ``now`` after ``previous``, and the events to write with it: an
+    attempt that was running and never ended was lost with its worker or
+    master, and is charged up to its last sign of life."""
+    lost = bool(previous) and not previous.get("suspended")
+    events: list[tuple[str, EventRecord]] = []
+    last_seen = None
+    if lost:
+        last_seen = sign_of_life(previous, heartbeat) or previous.get("segment_started_at")
+        events.append((event_key(time.time_ns(), where.get("pid") or 0), event_record(
+            "retried", None, f"attempt {previous.get('attempt')} on {previous.get('host')} "
+            f"(pid {previous.get('pid')}) was lost with its worker or master; running again "
+            "from its checkpoint", str(where.get("host")), now)))
+        previous = {**previous, "error": {"type": "Lost", "message": "ended without a result"}}
+    return {**start_run(previous, where, now, gpus, last_seen), "token": token}, events
+
+
+def end_run(run: RunRecord, now: float, gpus: float, *, metrics: dict[str, float],
             error: ErrorRecord | None, stop_reason: str | None, timed_out: bool,
             suspended: bool, binding: dict[str, Any] | None = None) -> RunRecord:
     """``run`` with this task's busy time and cost added, and how it ended;
@@ -369,7 +447,7 @@ def end_run(run: RunRecord, now: float, gpus: int, *, metrics: dict[str, float],
             "suspended": suspended}
 
 
-def _charged(run: RunRecord, busy: float, ended: float, gpus: int) -> RunRecord:
+def _charged(run: RunRecord, busy: float, ended: float, gpus: float) -> RunRecord:
     return {**run, "ended_at": ended, "duration_s": run.get("duration_s", 0.0) + busy,
             "core_seconds": run.get("core_seconds", 0.0) + busy * int(run.get("cpus") or 1),
             "gpu_seconds": run.get("gpu_seconds", 0.0) + busy * gpus}

@@ -1,12 +1,23 @@
-"""Trials: the handle objectives receive and the task engines run."""
+"""Trials: the handle objectives receive and the task engines run.
+
+- ``_task``: the :class:`TrialTask` the master fills and an engine ships;
+- ``_run``: :func:`run_trial`, what a worker runs for it;
+- ``_attempt``: one run of the objective in this process, and what it means;
+- ``_isolated`` (and ``_child``): the objective in a process of its own;
+- ``_handle``: the :class:`Trial` the objective gets;
+- ``_pulse``: heartbeats; ``_local_stop``: stops asked by a signal;
+- ``_cpus``, ``_log``, ``_objective``, ``_quantum``: cores, the trial's log,
+  finding the objective, the time-shared trial's clock.
+"""
 
 from hpo.store.records import TrialStatus
 from hpo.trial._handle import Trial
 from hpo.trial._local_stop import request_suspend, stop_grace_s, suspend_requested
+from hpo.trial._log import LOG_NAME, log_path
 from hpo.trial._objective import Objective, preflight, reference_of, resolve_objective
-from hpo.trial._task import (
-    SILENT_HEARTBEATS, TrialOutcome, TrialTask, fell_silent, heartbeat_s, open_trial, run_trial,
-)
+from hpo.trial._pulse import SILENT_HEARTBEATS, fell_silent, heartbeat_s
+from hpo.trial._run import open_trial, run_trial
+from hpo.trial._task import TrialOutcome, TrialTask
 
 # The name used before TrialStatus; kept for scripts written against it.
 TrialState = TrialStatus
@@ -14,4 +25,4 @@ TrialState = TrialStatus
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "open_trial", "resolve_objective", "preflight", "reference_of", "Objective", "heartbeat_s",
            "fell_silent", "SILENT_HEARTBEATS", "request_suspend", "suspend_requested",
-           "stop_grace_s"]
+           "stop_grace_s", "LOG_NAME", "log_path"]

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from hpo.trial._attempt import run_here
 from hpo.trial._local_stop import exit_after_grace, request_suspend
-from hpo.trial._task import _run_here
 
 _PARENT_POLL_S = 0.5
 
@@ -23,8 +23,8 @@ _PARENT_POLL_S = 0.5
 def main(task_file: str, result_file: str) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: _leave("SIGTERM"))
     _watch_parent(os.getppid())
-    task = pickle.loads(Path(task_file).read_bytes())
-    result = _run_here(task)
+    task, token, context = pickle.loads(Path(task_file).read_bytes())
+    result = run_here(task, token, context)
     try:
         payload = pickle.dumps(result)
     except Exception:  # an unpicklable return value: keep its text, classified as bad

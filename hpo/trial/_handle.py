@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property
 from numbers import Real
 from pathlib import Path
 from typing import Any
 
-import optuna
-
-from hpo.store import StudyStore, write_atomically
-from hpo.store.records import PROFILE_ATTR
+from hpo.store import Halted, TrialLink, write_atomically
+from hpo.store.records import PROFILE_ATTR, event_key, event_record
 from hpo.trial._local_stop import suspend_requested
 from hpo.trial._quantum import QuantumClock
 
@@ -28,27 +26,30 @@ _AVERAGED = 20
 
 
 @dataclass
-class _StoreLink:
-    """Where a trial's reports go, and where its stop decisions come from.
+class _StoreSide:
+    """Where a trial's reports go, and where its stop decisions come from:
+    the attempt's link to the store, whose answers carry the master's
+    decisions (the study's stop, the pruner's verdict, a resize, the
+    contender of a time-shared slot).
 
     Every decision is written on the trial as an event before it takes effect,
     so the dashboard (and a user reading the store) can see why a trial stopped.
     """
 
-    store: StudyStore
-    trial_id: int
+    link: TrialLink
     metric: str
     early_stopping: dict[str, Any] | None = None
-    pruner: optuna.pruners.BasePruner | None = None
     direction: str = "maximize"
     # Time-shared scheduling: when this run may yield its slot; None: run to the end.
     quantum: QuantumClock | None = None
     # Rate allocation: the master may grow the trial onto more GPUs from its checkpoint.
     resizable: bool = False
+    # The relay refused this attempt (its trial ended, or another attempt took it over).
+    halted: Halted | None = None
     _reported: int = 0
 
     def report(self, step: int, metrics: dict[str, float], earlier_last: int | None = None) -> None:
-        # Each call appends (and fsyncs) before returning: durable when acknowledged.
+        # Each call is durable (fsync'd) before it returns: durable when acknowledged.
         if self._reported == 0 and self.quantum and earlier_last is not None \
                 and step <= earlier_last:
             # The objective started over instead of resuming from its checkpoint:
@@ -57,20 +58,33 @@ class _StoreLink:
             self.record("unresumable", step, f"started again at step {step} after step "
                         f"{earlier_last} instead of resuming; runs to its end in this segment "
                         "(resume from trial.load_checkpoint() or trial.next_step)")
-        self.store.report(self.trial_id, step, metrics, self.metric)
+        if self.halted is None:
+            try:
+                self.link.report(step, metrics, metrics.get(self.metric))
+            except Halted as halted:
+                self.halted = halted
         self._reported += 1
         if self.quantum:
             value = metrics.get(self.metric)
             self.quantum.add(None if value is None else (-value if self.direction == "maximize" else value))
 
     def stop_reason(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
-        """"stopped: <study reason>", "pruned", "patience", "suspended" or None."""
+        """"stopped: <study reason>", "pruned", "patience", "suspended",
+        "halted" or None."""
+        if self.halted is not None:
+            return "halted"
         step = reports[-1][0] if reports else None
-        stop, signalled = self.store.stop(), suspend_requested()
+        signalled = suspend_requested()
         if signalled:  # this worker is leaving (SIGTERM); the next run goes on
             self.record("suspended", step, f"its worker was asked to stop ({signalled}); "
                         "checkpointed, resumes on the next run")
             return "suspended"
+        try:
+            decision = self.link.poll()
+        except Halted as halted:
+            self.halted = halted
+            return "halted"
+        stop = decision.stop
         if stop and stop.get("resume"):  # the master is leaving; the next run goes on
             self.record("suspended", step, f"the master was asked to stop ({stop['reason']}); "
                         "checkpointed, resumes on the next run")
@@ -78,31 +92,35 @@ class _StoreLink:
         if stop:
             self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
             return f"stopped: {stop['reason']}"
-        if self.resizable:
-            grown = self.store.resize_for(self.trial_id)
-            if grown is not None:
-                self.record("suspended", step, f"the rate allocation grows it to {grown} GPU(s); "
-                            "checkpointed, resumes on them")
-                return "suspended"
-        if self.pruner and self.pruner.prune(self._study, self.store.trial(self.trial_id)):
-            self.record("pruned", step, self._why_pruned(reports))
+        if self.resizable and decision.resize is not None:
+            self.record("suspended", step, f"the rate allocation grows it to {decision.resize} "
+                        "GPU(s); checkpointed, resumes on them")
+            return "suspended"
+        if decision.prune:
+            self.record("pruned", step, decision.prune)
             return "pruned"
         stalled = self._stalled(reports)
         if stalled:
             self.record("stopped", step, stalled)
             return "patience"
         if self.quantum and self.quantum.due():
-            yielding = self.quantum.end(self.store.contender)
+            yielding = self.quantum.end(lambda: decision.contender)
             if yielding:
                 self.record("suspended", step, yielding)
                 return "suspended"
         return None
 
     def record(self, kind: str, step: int | None, reason: str) -> None:
-        self.store.record_event(self.trial_id, kind, step, reason)
+        if self.halted is not None:
+            return
+        event = event_record(kind, step, reason, socket.gethostname())
+        try:
+            self.link.event(event_key(time.time_ns(), os.getpid()), event)
+        except Halted as halted:
+            self.halted = halted
 
     def record_profile(self, profile: dict[str, Any]) -> None:
-        self.store.note(self.trial_id, f"{PROFILE_ATTR}{profile['gpu_count']:g}", profile)
+        self.link.note(f"{PROFILE_ATTR}{profile['gpu_count']:g}", profile)
 
     def _stalled(self, reports: list[tuple[int, dict[str, float]]]) -> str | None:
         """Why the trial should stop for lack of progress, if it should."""
@@ -117,18 +135,6 @@ class _StoreLink:
             return None
         return (f"patience: {self.metric} did not improve on {best:.4g} (step {best_step}) "
                 f"by more than {delta:g} in {patience} reports")
-
-    def _why_pruned(self, reports: list[tuple[int, dict[str, float]]]) -> str:
-        name = (self.early_stopping or {}).get("pruner") or type(self.pruner).__name__
-        step, metrics = reports[-1] if reports else (None, {})
-        value = metrics.get(self.metric)
-        shown = "no value" if value is None else f"{value:.4g}"
-        return (f"{name} pruner: {self.metric}={shown} at step {step} is hopeless "
-                f"against the other trials' curves in the store")
-
-    @cached_property
-    def _study(self) -> optuna.Study:
-        return self.store.study(pruner=self.pruner)
 
 
 def _describe_stop(stop: dict[str, Any]) -> str:
@@ -189,7 +195,7 @@ class Trial:
         hosts: list[str] | None = None,
         gpu_share: float = 1.0,
         profile_batches: int = 0,
-        _link: _StoreLink | None = None,
+        _link: _StoreSide | None = None,
     ) -> None:
         self.number = number
         self.config = config

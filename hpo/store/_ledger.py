@@ -1,0 +1,329 @@
+"""The relay's ledger: what it knows of a study's trials to fence and answer
+the requests of their attempts, kept as records go by.
+
+The journal ledger follows every record of the journal in file order (the
+master's replay, the relay's own rounds, appends other processes made to the
+file directly), keeping only what the relay needs: which trials are ours,
+the state, run record and heartbeat of each unfinished one, its reports and
+segments (a resumed attempt gets those its task did not carry), and the
+study's decisions (stop, contender, resizes). A finished trial leaves its
+status and value behind. Its cost per record does not grow with the study.
+
+A database store has no journal to follow: its ledger asks the database.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import optuna
+
+from hpo.store.records import (
+    CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, SEGMENT_ATTR,
+    STOP_ATTR, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from, status_of,
+)
+
+__all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger"]
+
+_State = optuna.trial.TrialState
+_STUDY_FRESH_S = 0.2  # how stale a database ledger's view of the study's decisions may be
+
+
+@runtime_checkable
+class Pruning(Protocol):
+    """The master's pruner as the relay uses it: statistics kept as reports
+    and ends go by, and a decision per report (``hpo.pruning`` makes them).
+    ``slow`` pruners are asked off the relay's thread."""
+
+    slow: bool
+
+    def observe(self, number: int, step: int, values: dict[int, float]) -> None:
+        """Trial ``number`` reported ``step``; ``values`` are all its intermediate values."""
+
+    def completed(self, number: int, values: dict[int, float]) -> None:
+        """Trial ``number`` completed with these intermediate values."""
+
+    def decide(self, trial_id: int, number: int, step: int, values: dict[int, float]) -> str | None:
+        """Why the trial is hopeless after reporting ``step``, or None."""
+
+
+@dataclass
+class TrialView:
+    """An unfinished trial of the study, as the relay needs it."""
+
+    trial_id: int
+    number: int
+    run: RunRecord = field(default_factory=dict)
+    heartbeat: Any = None
+    ended_by: Any = None
+    values: dict[int, float] = field(default_factory=dict)
+    reports: dict[int, dict[str, float]] = field(default_factory=dict)
+    segments: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StudyView:
+    """The study's decisions, as the master last wrote them."""
+
+    stop: dict[str, Any] | None = None
+    contender: float | None = None
+    resize: dict[str, int] = field(default_factory=dict)
+
+
+class Ledger(abc.ABC):
+    """What the relay asks about trials and the study."""
+
+    def __init__(self, pruning: Pruning | None = None) -> None:
+        self.pruning = pruning
+        self.pruned: dict[int, str] = {}  # trial id -> why its pruner found it hopeless
+
+    @abc.abstractmethod
+    def live(self, trial_id: int) -> TrialView | None:
+        """The unfinished trial ``trial_id`` of the study, or None."""
+
+    @abc.abstractmethod
+    def ended(self, trial_id: int) -> tuple[str, float | None] | None:
+        """The status and value of the finished trial ``trial_id``, or None."""
+
+    @abc.abstractmethod
+    def study(self) -> StudyView:
+        """The study's decisions."""
+
+    def wrote(self, writes: list[tuple[str, int, Any, Any]]) -> None:
+        """The relay made these writes (a database ledger learns from them;
+        the journal's follows the records instead)."""
+
+    def refused(self, trial_id: int) -> None:
+        """The store refused a write to ``trial_id``: it ended meanwhile."""
+
+
+def _follow_attr(view: TrialView, key: str, value: Any) -> None:
+    """A trial attribute written: what the view keeps of it."""
+    if key == RUN_ATTR:
+        view.run = value or {}
+    elif key == HEARTBEAT_ATTR:
+        view.heartbeat = value
+    elif key == ENDED_BY_ATTR:
+        view.ended_by = value
+    elif key.startswith(REPORT_ATTR) and isinstance(value, dict):
+        view.reports[int(key[len(REPORT_ATTR):])] = value
+    elif key.startswith(SEGMENT_ATTR) and isinstance(value, dict):
+        view.segments[int(key[len(SEGMENT_ATTR):])] = value
+
+
+class JournalLedger(Ledger):
+    """The ledger of study ``study_name``, fed with :meth:`apply` every
+    record of the journal in order, from the first."""
+
+    def __init__(self, study_name: str, pruning: Pruning | None = None) -> None:
+        super().__init__(pruning)
+        self.study_name = study_name
+        self._study_id: int | None = None
+        self._studies: dict[str, int] = {}  # name -> id of the studies alive
+        self._next_study = 0
+        self._next_trial = 0
+        self._numbers = 0  # trials of ours created so far
+        self._live: dict[int, TrialView] = {}
+        self._ended: dict[int, tuple[str, float | None]] = {}
+        self._study = StudyView()
+        self._resize: dict[str, int] = {}
+
+    def live(self, trial_id: int) -> TrialView | None:
+        return self._live.get(trial_id)
+
+    def ended(self, trial_id: int) -> tuple[str, float | None] | None:
+        return self._ended.get(trial_id)
+
+    def study(self) -> StudyView:
+        return self._study
+
+    def apply(self, record: dict[str, Any]) -> None:
+        """Follow one journal record, as Optuna's replay would."""
+        op = record.get("op_code")
+        if op == 0:
+            self._create_study(record)
+        elif op == 1:
+            self._delete_study(record.get("study_id"))
+        elif op == 2 and self._study_id is not None and record.get("study_id") == self._study_id:
+            for key, value in (record.get("user_attr") or {}).items():
+                self._study_attr(key, value)
+        elif op == 4:
+            self._create_trial(record)
+        elif op in (6, 7, 8, 9):
+            view = self._live.get(record.get("trial_id"))
+            if view is not None:
+                self._update(view, op, record)
+
+    # -- inside ------------------------------------------------------------------------
+
+    def _create_study(self, record: dict[str, Any]) -> None:
+        name = record.get("study_name")
+        if name in self._studies:
+            return
+        self._studies[name] = self._next_study
+        if name == self.study_name:
+            self._study_id = self._next_study
+        self._next_study += 1
+
+    def _delete_study(self, study_id: Any) -> None:
+        for name, known in list(self._studies.items()):
+            if known == study_id:
+                del self._studies[name]
+                if known == self._study_id:
+                    self._study_id = None
+
+    def _create_trial(self, record: dict[str, Any]) -> None:
+        study_id = record.get("study_id")
+        if study_id not in self._studies.values():
+            return  # Optuna's replay creates nothing either
+        trial_id, self._next_trial = self._next_trial, self._next_trial + 1
+        if study_id != self._study_id:
+            return
+        view = TrialView(trial_id, self._numbers)
+        self._numbers += 1
+        self._live[trial_id] = view
+        for attrs in (record.get("user_attrs") or {}, record.get("system_attrs") or {}):
+            for key, value in attrs.items():
+                _follow_attr(view, key, value)
+        view.values = {int(k): v for k, v in (record.get("intermediate_values") or {}).items()}
+        state = _State(record.get("state", _State.RUNNING.value))
+        if state.is_finished():
+            self._finish(view, state, record.get("values") or (
+                [record["value"]] if record.get("value") is not None else None))
+
+    def _update(self, view: TrialView, op: int, record: dict[str, Any]) -> None:
+        if op == 6:
+            state = _State(record["state"])
+            if state.is_finished():
+                self._finish(view, state, record.get("values"))
+        elif op == 7:
+            step = int(record["step"])
+            view.values[step] = record["intermediate_value"]
+            if self.pruning is not None:
+                self.pruning.observe(view.number, step, view.values)
+        else:
+            for key, value in (record.get("user_attr" if op == 8 else "system_attr") or {}).items():
+                _follow_attr(view, key, value)
+
+
+    def _study_attr(self, key: str, value: Any) -> None:
+        study = self._study
+        if key == STOP_ATTR:
+            self._study = StudyView(value, study.contender, study.resize)
+        elif key == CONTENDER_ATTR:
+            self._study = StudyView(study.stop, None if value is None else float(value), study.resize)
+        elif key == RESIZE_ATTR:
+            self._study = StudyView(study.stop, study.contender, dict(value or {}))
+
+    def _finish(self, view: TrialView, state: _State, values: list[float] | None) -> None:
+        status = status_from(state, view.run, view.ended_by)
+        self._ended[view.trial_id] = (status.value, values[0] if values else None)
+        del self._live[view.trial_id]
+        self.pruned.pop(view.trial_id, None)
+        if state == _State.COMPLETE and self.pruning is not None:
+            self.pruning.completed(view.number, view.values)
+
+
+class StorageLedger(Ledger):
+    """The ledger of study ``study_name`` in a database storage. A trial is
+    read from the database when the relay first meets it, then followed
+    through the writes the relay makes; an end the master wrote meanwhile
+    shows when the database refuses the next write (:meth:`ended`). The
+    study's decisions are read at most every 0.2 s."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage, study_name: str,
+                 pruning: Pruning | None = None) -> None:
+        super().__init__(pruning)
+        self.storage, self.study_name = storage, study_name
+        self._study: tuple[float, StudyView] | None = None
+        self._live: dict[int, TrialView] = {}
+        self._ended: dict[int, tuple[str, float | None]] = {}
+        if pruning is not None:
+            self._learn_stored(pruning)
+
+    def _study_id(self) -> int:
+        return self.storage.get_study_id_from_name(self.study_name)
+
+    def _learn_stored(self, pruning: Pruning) -> None:
+        try:
+            trials = self.storage.get_all_trials(self._study_id(), deepcopy=False)
+        except KeyError:
+            return  # created later: nothing to learn
+        for trial in trials:
+            values = dict(trial.intermediate_values)
+            for step in sorted(values):
+                pruning.observe(trial.number, step, {s: v for s, v in values.items() if s <= step})
+            if trial.state == _State.COMPLETE:
+                pruning.completed(trial.number, values)
+
+    def live(self, trial_id: int) -> TrialView | None:
+        if trial_id in self._live or trial_id in self._ended:
+            return self._live.get(trial_id)
+        trial = self._trial(trial_id)
+        if trial is None:
+            return None
+        if trial.state.is_finished():
+            self._ended[trial_id] = (status_of(trial).value, trial.values[0] if trial.values else None)
+            return None
+        attrs = grouped_attrs(trial)
+        view = TrialView(trial_id, trial.number, run_of(trial), attr_of(trial, HEARTBEAT_ATTR),
+                         attr_of(trial, ENDED_BY_ATTR), dict(trial.intermediate_values),
+                         dict(attrs.reports), {s.get("index", i): s for i, s in enumerate(attrs.segments)})
+        self._live[trial_id] = view
+        return view
+
+    def ended(self, trial_id: int) -> tuple[str, float | None] | None:
+        if trial_id not in self._ended:
+            self.live(trial_id)
+        return self._ended.get(trial_id)
+
+    def refused(self, trial_id: int) -> None:
+        """The database refused a write: the trial ended meanwhile (the master's end)."""
+        self._live.pop(trial_id, None)
+        self.pruned.pop(trial_id, None)
+        self._ended.pop(trial_id, None)
+        self.live(trial_id)
+
+    def _trial(self, trial_id: int) -> optuna.trial.FrozenTrial | None:
+        try:
+            trial = self.storage.get_trial(trial_id)
+            study_id = self._study_id()
+            ours = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number) == trial_id
+        except KeyError:
+            return None
+        return trial if ours else None
+
+    def study(self) -> StudyView:
+        cached = self._study
+        if cached is not None and time.monotonic() - cached[0] < _STUDY_FRESH_S:
+            return cached[1]
+        try:
+            attrs = self.storage.get_study_user_attrs(self._study_id())
+        except KeyError:
+            attrs = {}
+        contender = attrs.get(CONTENDER_ATTR)
+        view = StudyView(attrs.get(STOP_ATTR), None if contender is None else float(contender),
+                         dict(attrs.get(RESIZE_ATTR) or {}))
+        self._study = (time.monotonic(), view)
+        return view
+
+    def wrote(self, writes: list[tuple[str, int, Any, Any]]) -> None:
+        for kind, trial_id, a, b in writes:
+            view = self._live.get(trial_id)
+            if view is None:
+                continue
+            if kind == "attr":
+                _follow_attr(view, a, b)
+            elif kind == "step":
+                view.values[a] = b
+                if self.pruning is not None:
+                    self.pruning.observe(view.number, a, view.values)
+            else:
+                self._ended[trial_id] = (a.value, b[0] if b else None)
+                del self._live[trial_id]
+                self.pruned.pop(trial_id, None)
+                if a is TrialStatus.COMPLETE and self.pruning is not None:
+                    self.pruning.completed(view.number, view.values)

@@ -1,0 +1,363 @@
+"""A trial attempt's link to its study's store, from the trial's own process.
+
+The process holds no Optuna storage and never reads the journal: every write
+is a request to the study's relay (:mod:`hpo.store._protocol`), answered once
+durable with what the trial must do next. A process keeps one connection per
+relay, shared by its threads (the trials a worker runs side by side); a
+forked child makes its own.
+
+When the relay cannot be reached (a compute node that cannot open a
+connection to the master's node, a relay that died), the link says so once
+and makes the same writes itself: journal records appended under the file
+lock, as every writer did before the relay, or the same calls on a database
+storage; decisions then come from the study's control file
+(:mod:`hpo.store._control`). A request whose answer never came is made
+again that way: requests are idempotent. What this path cannot do is fence
+a stale attempt, or say whether an end won: the master reads that from the
+store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hpo.store._control import FRESH_S, ControlFile
+from hpo.store._protocol import (
+    HELLO_TIMEOUT_S, VERSION, Decision, Halted, encode, read_frame, split_relay,
+)
+from hpo.store._writes import Write, apply_writes, journal_records, writes_of
+from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
+
+__all__ = ["TrialLink", "RelayConnection", "Ended", "RelayUnreachable"]
+
+_CONNECT_TIMEOUT_S = 10.0
+_ANSWER_TIMEOUT_S = 300.0  # a round is one write and one fsync; NFS under load can be slow
+_RETRY_CONNECT_S = 30.0  # after a failed connect, write directly for this long
+
+
+class RelayUnreachable(OSError):
+    """Nothing was sent: the relay could not be reached."""
+
+
+class _AnswerLost(OSError):
+    """Sent, but no answer came: the outcome is unknown."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an attempt's end request went: ``won`` when it is the trial's
+    stored end (assumed on the direct path), else the end that was."""
+
+    won: bool
+    status: str | None
+    value: float | None
+
+
+class _Waiter:
+    __slots__ = ("wake", "answer")
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()  # its answer came, or it is its turn to read
+        self.answer: dict[str, Any] | None = None
+
+
+class RelayConnection:
+    """One process's connection to one relay, shared by its threads. Requests
+    are sent under a lock; answers are read by whichever waiting thread holds
+    the reading lock, which hands each answer to its thread and the reading
+    on to another waiter when its own answer came (no reader thread: a lone
+    trial reads its own answer, without a thread switch)."""
+
+    _here: dict[str, "RelayConnection"] = {}
+    _pid = os.getpid()
+    _making = threading.Lock()
+
+    @classmethod
+    def to(cls, address: str) -> "RelayConnection":
+        """This process's connection to the relay at ``address``."""
+        with cls._making:
+            if cls._pid != os.getpid():  # a forked child: the parent's socket stays the parent's
+                cls._here, cls._pid = {}, os.getpid()
+            connection = cls._here.get(address)
+            if connection is None:
+                connection = cls._here[address] = cls(address)
+            return connection
+
+    def __init__(self, address: str) -> None:
+        host, port, token = address.rsplit(":", 2)
+        self.where = (host, int(port))
+        self._token = token
+        self._sending = threading.Lock()
+        self._reading = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._waiting: dict[int, _Waiter] = {}
+        self._ids = itertools.count()
+        self._unreachable_until = 0.0
+        self.why = ""
+        self.epoch: int | None = None
+
+    def request(self, message: dict[str, Any], timeout: float = _ANSWER_TIMEOUT_S) -> dict[str, Any]:
+        """Send ``message`` and return the relay's answer.
+
+        Raises
+        ------
+        RelayUnreachable
+            Nothing was sent.
+        OSError
+            Sent, but no answer came (the outcome is unknown).
+        """
+        waiter = _Waiter()
+        with self._sending:
+            sock = self._connected()
+            number = next(self._ids)
+            self._waiting[number] = waiter
+            try:
+                sock.sendall(encode({**message, "id": number}))
+            except OSError as exc:
+                self._lost(sock, exc)
+                raise _AnswerLost(f"the relay stopped answering ({exc})") from None
+        deadline = time.monotonic() + timeout
+        while waiter.answer is None and sock is self._sock:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._lost(sock, TimeoutError(f"no answer in {timeout:g} s"))
+            elif self._reading.acquire(blocking=False):
+                try:
+                    self._read_until(sock, waiter, left)
+                finally:
+                    self._reading.release()
+                    self._pass_the_reading()
+            else:
+                waiter.wake.wait(left)
+                waiter.wake.clear()
+        if waiter.answer is None:
+            raise _AnswerLost(f"the relay stopped answering ({self.why})")
+        return waiter.answer
+
+    def _read_until(self, sock: socket.socket, waiter: _Waiter, left: float) -> None:
+        """Read answers, handing each to its thread, until ``waiter``'s came."""
+        try:
+            sock.settimeout(left)
+            while waiter.answer is None:
+                answer = read_frame(sock)
+                other = self._waiting.pop(answer.get("id"), None)
+                if other is not None:
+                    other.answer = answer
+                    other.wake.set()
+        except (OSError, ValueError) as exc:
+            self._lost(sock, exc)
+
+    def _pass_the_reading(self) -> None:
+        for other in list(self._waiting.values()):
+            other.wake.set()  # one still waiting takes the reading over
+            return
+
+    def _connected(self) -> socket.socket:
+        if self._sock is not None:
+            return self._sock
+        if time.monotonic() < self._unreachable_until:
+            raise RelayUnreachable(self.why)
+        try:
+            sock = socket.create_connection(self.where, timeout=_CONNECT_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(encode({"hello": self._token, "v": VERSION}))
+            sock.settimeout(HELLO_TIMEOUT_S)
+            hello = read_frame(sock)
+        except (OSError, ValueError) as exc:
+            self.why = f"{type(exc).__name__}: {exc}"
+            self._unreachable_until = time.monotonic() + _RETRY_CONNECT_S
+            raise RelayUnreachable(self.why) from None
+        self.epoch = hello.get("epoch")
+        self._sock = sock
+        return sock
+
+    def _lost(self, sock: socket.socket, why: BaseException) -> None:
+        """The connection broke: every request waiting on it has no answer."""
+        if self._sock is sock:
+            self._sock = None
+            self.why = f"{type(why).__name__}: {why}"
+        try:
+            sock.close()
+        except OSError:
+            pass
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            waiter.wake.set()
+
+
+class TrialLink:
+    """One attempt's link to trial ``trial_id`` of the store at ``storage``
+    (the URL its task carries, with the relay's address); ``control`` is the
+    study's control file; ``token`` names the attempt (a new one by default;
+    an isolated trial's process goes on with its parent's). Each request
+    raises :class:`Halted` when the relay refuses it: the attempt must stop,
+    and its result does not count."""
+
+    def __init__(self, storage: str, trial_id: int, control: str | None = None,
+                 token: str | None = None) -> None:
+        self.url, self.address = split_relay(storage)
+        self.trial_id = trial_id
+        self.token = token or uuid.uuid4().hex  # a new attempt's, unless it goes on in another process
+        self.decision = Decision()
+        self.direct = False  # whether the last request went around the relay
+        self._control = ControlFile(control) if control else None
+        self._sink: _DirectSink | None = None
+        self._polled = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_sink": None}  # a storage or file handle stays in its process
+
+    # -- requests --------------------------------------------------------------------
+
+    def start(self, where: dict[str, Any], now: float, gpus: float,
+              context: TrialContext) -> dict[str, Any]:
+        """Begin the attempt: ``{"run": RUN_RECORD, "reports": [...],
+        "segments": [...]}``, the reports and segments being those stored
+        beyond what ``context`` (the task's) holds."""
+        message = {"op": "start", "where": where, "now": now, "gpus": gpus,
+                   "knows": [len(context["reports"]), len(context["segments"])]}
+        answer = self._ask(message, lambda: self._start_here(where, now, gpus, context))
+        return answer
+
+    def report(self, step: int, metrics: dict[str, float], value: float | None) -> Decision:
+        """One step's metrics, durable when it returns; the decision that follows."""
+        self._ask({"op": "report", "step": step, "metrics": metrics, "value": value})
+        return self.decision
+
+    def beat(self, now: float) -> None:
+        self._ask({"op": "beat", "now": now})
+
+    def event(self, key: str, record: dict[str, Any]) -> None:
+        self._ask({"op": "event", "key": key, "record": record})
+
+    def note(self, key: str, value: Any) -> None:
+        self._ask({"op": "note", "key": key, "value": value})
+
+    def end(self, status: TrialStatus, values: list[float] | None, record: RunRecord,
+            segment: tuple[str, dict[str, Any]] | None = None) -> Ended:
+        """End the attempt: the trial's final state (or SUSPENDED) and its
+        final run record, with its segment's record when it ran in segments."""
+        answer = self._ask({"op": "end", "status": status.value, "values": values, "record": record,
+                            "segment": list(segment) if segment else None})
+        if "won" not in answer:  # written directly, or suspended: nothing says otherwise
+            return Ended(True, status.value, values[0] if values else None)
+        return Ended(bool(answer["won"]), answer.get("status"), answer.get("value"))
+
+    def give_up(self, record: RunRecord | None, event: tuple[str, dict[str, Any]], now: float) -> None:
+        """The attempt ends without a result (``record``: its final run record,
+        where known); its trial is resumed at once."""
+        self._ask({"op": "give_up", "record": record, "event": list(event), "now": now})
+
+    def poll(self) -> Decision:
+        """The decision now, asked at most every 0.2 s (the last one between)."""
+        now = time.monotonic()
+        if now - self._polled >= FRESH_S:
+            self._polled = now
+            self._ask({"op": "poll"})
+        return self.decision
+
+    def unfinished(self) -> bool:
+        """Whether the trial has not ended, asked by no attempt (a multi-node
+        trial's holder on another node); True when the relay cannot say."""
+        if self.address is None:
+            return True
+        message = {"op": "poll", "trial": self.trial_id}
+        try:
+            answer = RelayConnection.to(self.address).request(message)
+        except OSError:
+            return True
+        return not answer.get("halt")
+
+    # -- inside ---------------------------------------------------------------------
+
+    def _ask(self, message: dict[str, Any], here: Any = None) -> dict[str, Any]:
+        message = {**message, "trial": self.trial_id, "run": self.token}
+        if self.address is not None:
+            connection = RelayConnection.to(self.address)
+            try:
+                answer = connection.request(message)
+            except OSError as exc:  # unreachable, or no answer: the same writes, directly
+                _say_once(connection, exc)
+            else:
+                self.direct = False
+                return self._answered(answer)
+        self.direct = True
+        return here() if here is not None else self._here(message)
+
+    def _answered(self, answer: dict[str, Any]) -> dict[str, Any]:
+        if answer.get("ok"):
+            self.decision = Decision.from_wire(answer)
+            self._polled = time.monotonic()
+            return answer
+        if answer.get("halt"):
+            raise Halted(answer["halt"], answer.get("status"), answer.get("value"))
+        raise OSError(f"the study's relay could not write: {answer.get('error')}")
+
+    def _here(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Make a request's writes directly; the decision from the control file."""
+        self._write_here(writes_of(message))
+        if self._control is not None:
+            self.decision = self._control.decision(self.trial_id)
+        return {"ok": True}
+
+    def _start_here(self, where: dict[str, Any], now: float, gpus: float,
+                    context: TrialContext) -> dict[str, Any]:
+        run, events = begin_attempt(context["run"], context["heartbeat"], where, now, gpus, self.token)
+        writes: list[Write] = [("attr", self.trial_id, key, event) for key, event in events]
+        self._write_here([*writes, ("attr", self.trial_id, RUN_ATTR, run)])
+        return {"ok": True, "run": run, "reports": [], "segments": []}
+
+    def _write_here(self, writes: list[Write]) -> None:
+        if writes:
+            if self._sink is None:
+                self._sink = _DirectSink(self.url)
+            self._sink.write(writes)
+
+
+class _DirectSink:
+    """Writes made around the relay: journal records appended under the
+    file lock, or calls on a database storage."""
+
+    def __init__(self, url: str) -> None:
+        self._worker_id = f"hpo-direct-{socket.gethostname()}-{os.getpid()}"
+        if "://" in url:
+            from hpo.store._study import open_storage
+
+            self._storage = open_storage(url)
+            self._journal = None
+        else:
+            from hpo.store._journal import JournalFile
+
+            self._storage = None
+            self._journal = JournalFile(url)
+
+    def write(self, writes: list[Write]) -> None:
+        if self._journal is not None:
+            from hpo.store._journal import encode_records
+
+            self._journal.append_direct(encode_records(journal_records(writes, self._worker_id)))
+        else:
+            apply_writes(self._storage, writes)
+
+
+_told: set[str] = set()
+
+
+def _say_once(connection: RelayConnection, exc: OSError) -> None:
+    """Say once per process and relay that the store is written around it."""
+    key = f"{os.getpid()}:{connection.where}"
+    if key in _told:
+        return
+    _told.add(key)
+    host, port = connection.where
+    print(f"hpo: the study's relay at {host}:{port} cannot be reached ({exc}); this process "
+          "appends to the journal directly, under its file lock, and reads the study's decisions "
+          "from its control file", file=sys.stderr, flush=True)

@@ -1,0 +1,108 @@
+"""What a request of the store protocol writes, as journal records or as
+calls on an Optuna storage.
+
+A write is one of three small tuples: ``("attr", trial, key, value)`` (a
+trial system attribute), ``("step", trial, step, value)`` (an intermediate
+value) and ``("end", trial, status, values)`` (the trial's final state). The
+relay turns a round's writes into journal records and appends them in one
+write; a trial process that cannot reach the relay appends the same records
+itself, or makes the same calls on a database storage.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import optuna
+from optuna.storages.journal._storage import JournalOperation
+
+from hpo.store.records import (
+    HEARTBEAT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, EVENT_ATTR, TrialStatus,
+    report_key,
+)
+
+__all__ = ["Write", "writes_of", "journal_records", "apply_writes", "WORKER_KEYS"]
+
+Write = tuple[str, int, Any, Any]
+
+# The trial attributes an attempt may write with a ``note`` or ``event``.
+WORKER_KEYS = (RUN_ATTR, PROFILE_ATTR, SEGMENT_ATTR, EVENT_ATTR)
+
+
+def writes_of(request: dict[str, Any]) -> list[Write]:
+    """The writes of a request (``start`` excepted: the relay builds its run
+    record). KeyError or ValueError when the request is malformed."""
+    op, trial = request["op"], int(request["trial"])
+    if op == "report":
+        step = int(request["step"])
+        writes: list[Write] = [("attr", trial, report_key(step), dict(request["metrics"]))]
+        if request.get("value") is not None:
+            writes.insert(0, ("step", trial, step, float(request["value"])))
+        return writes
+    if op == "beat":
+        return [("attr", trial, HEARTBEAT_ATTR, float(request["now"]))]
+    if op in ("note", "event"):
+        key = str(request["key"])
+        if not key.startswith(WORKER_KEYS) or key == REPORT_ATTR:
+            raise ValueError(f"{key!r} is not an attribute a trial's attempt writes")
+        return [("attr", trial, key, request["value"] if op == "note" else request["record"])]
+    if op == "end":
+        status = TrialStatus(request["status"])
+        writes = [("attr", trial, RUN_ATTR, request["record"])]
+        if request.get("segment"):
+            key, record = request["segment"]
+            writes.append(("attr", trial, str(key), record))
+        if status is not TrialStatus.SUSPENDED:
+            writes.append(("end", trial, status, request.get("values")))
+        return writes
+    if op == "give_up":
+        key, event = request["event"]
+        writes = [("attr", trial, str(key), event),
+                  ("attr", trial, HEARTBEAT_ATTR, {"abandoned_at": float(request["now"])})]
+        if request.get("record"):  # its final run record, where the attempt knows it
+            writes.insert(0, ("attr", trial, RUN_ATTR, request["record"]))
+        return writes
+    if op == "poll":
+        return []
+    raise ValueError(f"unknown op {op!r}")
+
+
+def journal_records(writes: list[Write], worker_id: str) -> list[dict[str, Any]]:
+    """The writes as Optuna's JournalStorage would append them, issued by
+    ``worker_id`` (not the master replica's own: its replay then drops a
+    record on an ended trial quietly, as any other process's)."""
+    records = []
+    for kind, trial, a, b in writes:
+        if kind == "attr":
+            records.append({"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker_id,
+                            "trial_id": trial, "system_attr": {a: b}})
+        elif kind == "step":
+            records.append({"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
+                            "worker_id": worker_id, "trial_id": trial, "step": a,
+                            "intermediate_value": b})
+        else:
+            records.append({"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker_id,
+                            "trial_id": trial, "state": a.stored_as.value, "values": b,
+                            "datetime_complete": _now()})
+    return records
+
+
+def apply_writes(storage: optuna.storages.BaseStorage, writes: list[Write]) -> bool:
+    """Make the writes on a storage, in order; False when the trial had
+    ended first (a finished trial never changes, and the first end wins)."""
+    try:
+        for kind, trial, a, b in writes:
+            if kind == "attr":
+                storage.set_trial_system_attr(trial, a, b)
+            elif kind == "step":
+                storage.set_trial_intermediate_value(trial, a, b)
+            else:
+                storage.set_trial_state_values(trial, a.stored_as, b)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+    return True
+
+
+def _now() -> str:
+    return datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")

@@ -1,0 +1,115 @@
+"""Heartbeats: a running attempt says it is alive every ``heartbeat_s()``, so
+that a master can tell a trial still running elsewhere from a lost one."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import optuna
+
+from hpo.store import TrialLink
+from hpo.store.records import TrialStatus, last_sign_of_life, status_of
+
+__all__ = ["beating", "heartbeat_s", "fell_silent", "SILENT_HEARTBEATS"]
+
+# Heartbeats a started trial may miss before it counts as lost.
+SILENT_HEARTBEATS = 3
+
+
+def heartbeat_s() -> float:
+    """Seconds between heartbeats (``HPO_HEARTBEAT_S``, default 10)."""
+    return float(os.environ.get("HPO_HEARTBEAT_S", "10"))
+
+
+def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a started trial missed ``SILENT_HEARTBEATS`` heartbeats (or was
+    given up): its worker or master is gone, and nothing will finish it."""
+    silent_for = time.time() - last_sign_of_life(trial)
+    return status_of(trial) is TrialStatus.RUNNING and silent_for >= SILENT_HEARTBEATS * heartbeat_s()
+
+
+@contextmanager
+def beating(link: TrialLink) -> Iterator[None]:
+    """Beat for the attempt of ``link`` while the block runs (its start record
+    counts as the first beat). No beat is written after the block."""
+    pulse = _Pulse.here()
+    beat = _Beat(link, time.monotonic() + heartbeat_s())
+    pulse.add(beat)
+    try:
+        yield
+    finally:
+        pulse.remove(beat)
+
+
+class _Beat:
+    __slots__ = ("link", "due")
+
+    def __init__(self, link: TrialLink, due: float) -> None:
+        self.link, self.due = link, due
+
+
+class _Pulse:
+    """The one thread of a process that writes the heartbeats of the attempts
+    it runs (a thread per trial cost each trial its start-up)."""
+
+    _here: "_Pulse | None" = None
+    _making = threading.Lock()
+
+    @classmethod
+    def here(cls) -> "_Pulse":
+        with cls._making:
+            if cls._here is None or cls._here._pid != os.getpid():  # a forked child starts its own
+                cls._here = cls()
+            return cls._here
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._changed = threading.Condition()
+        self._beats: list[_Beat] = []
+        self._writing: _Beat | None = None
+        threading.Thread(target=self._serve, name="hpo-heartbeat", daemon=True).start()
+
+    def add(self, beat: _Beat) -> None:
+        with self._changed:
+            self._beats.append(beat)
+            self._changed.notify_all()
+
+    def remove(self, beat: _Beat) -> None:
+        """Stop beating for ``beat`` once a beat under way for it is written."""
+        with self._changed:
+            try:
+                while self._writing is beat:
+                    self._changed.wait()
+            finally:  # even when the runtime interrupts the wait: never beat for it again
+                self._beats.remove(beat)
+
+    def _serve(self) -> None:
+        with self._changed:
+            while True:
+                beat = self._next()
+                if beat is None:
+                    continue
+                beat.due = time.monotonic() + heartbeat_s()
+                self._writing = beat
+                self._changed.release()
+                try:
+                    beat.link.beat(time.time())
+                except Exception:
+                    pass  # a store hiccup must not end the trial; a halt shows at its next report
+                finally:
+                    self._changed.acquire()
+                    self._writing = None
+                    self._changed.notify_all()
+
+    def _next(self) -> _Beat | None:
+        """The attempt whose beat is due; else wait until one is."""
+        now = time.monotonic()
+        due = min(self._beats, key=lambda b: b.due, default=None)
+        if due is not None and due.due <= now:
+            return due
+        self._changed.wait(None if due is None else due.due - now)
+        return None

@@ -1,0 +1,169 @@
+"""``run_trial``: what every engine runs on a worker for one trial (or one
+segment of it).
+
+It never raises because of user code: under COMPSs a task failing past its
+retries ends the whole application, so an exception, a NaN, a wrong return
+type or a time limit become a failed-trial record in the store, with the
+reason and traceback. What it returns is a small summary; the store holds
+the full record, durable before the function returns.
+
+The attempt starts, reports and ends through its link to the store
+(:class:`~hpo.store.TrialLink`), never reading the store: what it needs of
+the stored trial came with the task, and the relay's answer to its start
+adds what changed since. When the relay refuses the attempt (its trial
+ended meanwhile, or another attempt took it over) it stops, and its result
+does not count.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from hpo.store import Halted, TrialContext, TrialLink
+from hpo.store.records import (
+    RUN_ATTR, RunRecord, TrialStatus, end_run, event_key, event_record, segment_key,
+    segment_record, start_run,
+)
+from hpo.trial._attempt import (
+    AttemptResult, TaskInterrupted, classify, run_here, size_of, trial_for,
+)
+from hpo.trial._handle import Trial
+from hpo.trial._isolated import run_isolated
+from hpo.trial._pulse import beating
+from hpo.trial._task import TrialOutcome, TrialTask, gpu_total, where
+
+__all__ = ["run_trial", "open_trial"]
+
+
+def run_trial(task: TrialTask) -> TrialOutcome:
+    """Run one trial, or one segment of it, and record it durably; the
+    module-level task of every engine."""
+    link = TrialLink(task.storage, task.trial_id, task.control)
+    try:
+        started = link.start(where(task), time.time(), gpu_total(task), task.context)
+    except Halted as halted:
+        # Ended already (an engine ran the task again after its result was
+        # stored): the first result stays, and the trial counts once.
+        return _halted(task, halted)
+    try:
+        return _run_started(task, link, started["run"], _caught_up(task.context, started))
+    except Halted as halted:
+        return _halted(task, halted)
+    except BaseException as exc:  # the store failed under it: leave the trial to be resumed
+        _give_up(link, task, None, f"its task ended without a result: {type(exc).__name__}: {exc}")
+        raise
+
+
+def open_trial(task: TrialTask) -> Trial:
+    """Start an attempt of ``task`` and return the store-backed :class:`Trial`
+    its objective would get (a tool's or a benchmark's way in)."""
+    link = TrialLink(task.storage, task.trial_id, task.control)
+    started = link.start(where(task), time.time(), gpu_total(task), task.context)
+    return trial_for(task, link.token, _caught_up(task.context, started))
+
+
+def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
+                 context: TrialContext) -> TrialOutcome:
+    while True:
+        try:
+            with beating(link):
+                result = _attempt(task, link.token, context)
+        except TaskInterrupted as interruption:  # cancelled, not timed out
+            _give_up(link, task, _end_record(run, AttemptResult(error={
+                "type": "Cancelled", "message": f"the engine cancelled the running task "
+                f"({interruption.kind})"}), task, suspended=False),
+                f"its task was cancelled ({interruption.kind}) on {run['host']}")
+            return TrialOutcome(task.number, TrialStatus.RUNNING)
+        if result.halted is not None:
+            return _halted(task, result.halted)
+        state, value = classify(result, task.metric, task.objectives)
+        if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
+            break
+        run = _retry(link, task, run, result)  # user code failed: again, from its checkpoint
+        context = {**context, "reports": _merged(context["reports"], result.reports)}
+    run = _end_record(run, result, task, suspended=state is TrialStatus.SUSPENDED)
+    segment = None
+    if task.quantum is not None:
+        segment = (segment_key(run["segment"]), {
+            **segment_record(run, result.steps, state), **(result.quantum or {}),
+            "checkpoint_bytes": size_of(Path(task.checkpoint_dir))})
+    values = None if value is None else value if isinstance(value, list) else [value]
+    ended = link.end(state, values, run, segment)
+    if state is TrialStatus.SUSPENDED:
+        return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
+    if ended.won:
+        return TrialOutcome(task.number, state, values[0] if values else None)
+    return TrialOutcome(task.number, TrialStatus(ended.status), ended.value)  # the stored end wins
+
+
+def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
+    """Run the objective once. A time-out by the engine is a result; a
+    cancellation raises :class:`TaskInterrupted`."""
+    try:
+        return run_isolated(task, token, context) if task.isolate else run_here(task, token, context)
+    except TaskInterrupted as interruption:
+        if not interruption.timed_out:
+            raise
+        return AttemptResult(timed_out=True, error={
+            "type": interruption.kind, "message": "the engine ended the task at its time_out"})
+
+
+def _caught_up(context: TrialContext, started: dict[str, Any]) -> TrialContext:
+    """The task's context with what the relay's answer to the start adds
+    (reports and segments stored after the task was made: a lost attempt's)."""
+    return {"run": started["run"], "heartbeat": context["heartbeat"],
+            "reports": _merged(context["reports"], [(s, m) for s, m in started.get("reports", [])]),
+            "segments": [*context["segments"], *started.get("segments", [])]}
+
+
+def _merged(reports: list[tuple[int, dict[str, float]]],
+            later: list[tuple[int, dict[str, float]]]) -> list[tuple[int, dict[str, float]]]:
+    """Reports by step, the later one of a step kept."""
+    by_step = dict(reports)
+    by_step.update(later)
+    return sorted(by_step.items())
+
+
+def _halted(task: TrialTask, halted: Halted) -> TrialOutcome:
+    """The outcome of an attempt the relay refused: the stored end, or a
+    trial another attempt runs."""
+    if halted.why == "ended" and halted.status:
+        return TrialOutcome(task.number, TrialStatus(halted.status), halted.value)
+    return TrialOutcome(task.number, TrialStatus.RUNNING)
+
+
+def _give_up(link: TrialLink, task: TrialTask, run: RunRecord | None, why: str) -> None:
+    """Leave a trial whose task ends without a result to be resumed at once
+    from its checkpoint (best effort: the store may be what failed)."""
+    now = time.time()
+    event = event_record("interrupted", None, why, where(task)["host"], now)
+    try:
+        link.give_up(run, (event_key(time.time_ns(), where(task)["pid"]), event), now)
+    except Exception:  # ended meanwhile (the stored end wins), or unreachable
+        pass
+
+
+def _failed_attempts(run: RunRecord) -> int:
+    earlier = [a for a in run.get("previous", []) if (a.get("error") or {}).get("type") != "Lost"]
+    return sum(1 for a in earlier if a.get("error"))
+
+
+def _retry(link: TrialLink, task: TrialTask, run: RunRecord, result: AttemptResult) -> RunRecord:
+    """Close the failed attempt and open the next one (the objective's retries)."""
+    error = result.error or {}
+    ended = _end_record(run, result, task, suspended=False)
+    place = where(task)
+    link.event(event_key(time.time_ns(), place["pid"]), event_record(
+        "retried", None, f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
+        f"{error.get('message')}); retrying from its checkpoint", place["host"]))
+    following = {**start_run(ended, place, time.time(), gpu_total(task)), "token": link.token}
+    link.note(RUN_ATTR, following)
+    return following
+
+
+def _end_record(run: RunRecord, result: AttemptResult, task: TrialTask, suspended: bool) -> RunRecord:
+    return end_run(run, time.time(), gpu_total(task), metrics=result.metrics, error=result.error,
+                   stop_reason=result.stop_reason, timed_out=result.timed_out, suspended=suspended,
+                   binding=result.binding)
