@@ -6,17 +6,17 @@ on P workers do. The figure is P * R over the wall time from that instant to
 the last process finishing (interpreter start-up and opening the store are not
 counted). Contenders, interleaved in one run on the same disk:
 
-- hpo, journal file with its relay (the default store): the master's
-  ``hpo.store.serve_journal`` runs in this process, as ``hpo.run`` starts it,
-  and each process reports through a store-backed ``hpo.trial.Trial``, as the
-  trial task builds it on a worker; a report is one append of two records
-  (the intermediate value of the study's metric, and one attribute holding
-  all metrics of the step), group-committed with the other processes' by the
-  relay (one write and one fsync per round);
+- hpo, journal file with its relay (the default store): the study's
+  ``hpo.store.StudyRelay`` runs in this process, as ``hpo.run`` opens it, and
+  each process reports through a store-backed ``hpo.trial.Trial``, as the
+  trial task builds it on a worker; a report is one request answered once
+  its two records (the intermediate value of the study's metric, and one
+  attribute holding all metrics of the step) are durable, group-committed
+  with the other processes' (one write and one fsync per round);
 - hpo, journal file without the relay (``HPO_RELAY=off``, and what a worker
   that cannot reach the master does): each process appends under the
   journal's file lock, one append per report;
-- hpo, SQLite: the same path with a ``sqlite:///`` URL (two writes per report);
+- hpo, SQLite: the relay in front of a ``sqlite:///`` URL (two writes per report);
 - Optuna, journal file: ``study.ask()`` in each process, then
   ``trial.report(value, step)``, one write per report: what a user would
   otherwise write;
@@ -57,8 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna  # noqa: E402
 
-from hpo.store import StudyStore, open_storage  # noqa: E402
-from hpo.store._relay import serve_journal, split_relay  # noqa: E402
+from hpo.store import StudyRelay, StudyStore, open_storage  # noqa: E402
 from hpo.store.records import REPORT_ATTR  # noqa: E402
 from hpo.trial import TrialTask, open_trial  # noqa: E402
 
@@ -141,14 +140,15 @@ def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Pa
 
     Raises RunFailed when a writer failed, with the first reason."""
     if relay:
-        with serve_journal(url) as writers_url:
-            return _run_writers(label, kind, writers_url, procs, reports, work, groups)
-    return _run_writers(label, kind, url, procs, reports, work, groups)
-
-
-def _run_writers(label: str, kind: str, url: str, procs: int, reports: int, work: Path,
-                 groups: bool) -> tuple[float, float]:
+        with StudyRelay(url, STUDY) as served:
+            return _run_writers(label, kind, url, served.writers_url, served.storage, procs, reports,
+                                work, groups)
     storage = open_storage(url) if kind == "hpo" else _optuna_storage(url)
+    return _run_writers(label, kind, url, url, storage, procs, reports, work, groups)
+
+
+def _run_writers(label: str, kind: str, store_url: str, url: str, storage, procs: int,
+                 reports: int, work: Path, groups: bool) -> tuple[float, float]:
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     # hpo: the master creates the trials; optuna: each process asks for its own.
     trial_ids = [StudyStore.trial_id(study.ask()) if kind == "hpo" else -1 for _ in range(procs)]
@@ -190,7 +190,7 @@ def _run_writers(label: str, kind: str, url: str, procs: int, reports: int, work
         writer, error = failed[0]
         reason = error.read_text() if error.exists() else f"exit code {writer.exitcode}"
         raise RunFailed(f"{len(failed)} of {procs} writers failed; first: {reason}")
-    _check_complete(label, kind, split_relay(url)[0], procs, reports)
+    _check_complete(label, kind, store_url, procs, reports)
     return total / elapsed, max(times) / min(times)
 
 
@@ -265,7 +265,7 @@ def main() -> None:
                 label = f"[{repeat + 1}/{args.repeats}] {name}, {store}"
                 try:
                     rate, spread = run_once(label, kind, url, args.procs, args.reports, work,
-                                            args.groups, relay=store == "relay")
+                                            args.groups, relay=kind == "hpo" and store != "journal")
                 except RunFailed as exc:
                     failures[(name, store)].append(str(exc))
                     outcome = f"FAILED: {exc}"
@@ -299,7 +299,7 @@ def main() -> None:
         for reason in reasons:
             print(f"  {name}, {store}: {reason}")
     print("  (relay: journal file, appends group-committed by the master's relay; journal: "
-          "each process appends under the file lock)")
+          "each process appends under the file lock; hpo's sqlite: behind the relay)")
     if DEFAULT_STORE in medians:
         print(f"fairness={statistics.median(spreads[DEFAULT_STORE]):.2f}")
         print(f"reports_per_s={medians[DEFAULT_STORE]:.0f}")

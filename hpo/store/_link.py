@@ -31,7 +31,7 @@ from typing import Any
 
 from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, VERSION, Decision, Halted, encode, read_frame, split_relay,
+    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, encode, read_frame, split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
@@ -62,11 +62,25 @@ class Ended:
 
 
 class _Waiter:
+    """A thread's place in the queue of answers (one per thread, reused)."""
+
     __slots__ = ("wake", "answer")
 
     def __init__(self) -> None:
         self.wake = threading.Event()  # its answer came, or it is its turn to read
         self.answer: dict[str, Any] | None = None
+
+    @classmethod
+    def mine(cls) -> "_Waiter":
+        waiter = getattr(_thread_waiter, "waiter", None)
+        if waiter is None:
+            waiter = _thread_waiter.waiter = cls()
+        waiter.answer = None
+        waiter.wake.clear()
+        return waiter
+
+
+_thread_waiter = threading.local()
 
 
 class RelayConnection:
@@ -98,6 +112,7 @@ class RelayConnection:
         self._sending = threading.Lock()
         self._reading = threading.Lock()
         self._sock: socket.socket | None = None
+        self._frames = Frames(MAX_ANSWER)
         self._waiting: dict[int, _Waiter] = {}
         self._ids = itertools.count()
         self._unreachable_until = 0.0
@@ -114,7 +129,7 @@ class RelayConnection:
         OSError
             Sent, but no answer came (the outcome is unknown).
         """
-        waiter = _Waiter()
+        waiter = _Waiter.mine()
         with self._sending:
             sock = self._connected()
             number = next(self._ids)
@@ -145,9 +160,10 @@ class RelayConnection:
     def _read_until(self, sock: socket.socket, waiter: _Waiter, left: float) -> None:
         """Read answers, handing each to its thread, until ``waiter``'s came."""
         try:
-            sock.settimeout(left)
+            if left < _ANSWER_TIMEOUT_S:  # the socket waits this long unless told otherwise
+                sock.settimeout(left)
             while waiter.answer is None:
-                answer = read_frame(sock)
+                answer = read_frame(sock, self._frames)
                 other = self._waiting.pop(answer.get("id"), None)
                 if other is not None:
                     other.answer = answer
@@ -170,7 +186,9 @@ class RelayConnection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(encode({"hello": self._token, "v": VERSION}))
             sock.settimeout(HELLO_TIMEOUT_S)
-            hello = read_frame(sock)
+            self._frames = Frames(MAX_ANSWER)
+            hello = read_frame(sock, self._frames)
+            sock.settimeout(_ANSWER_TIMEOUT_S)
         except (OSError, ValueError) as exc:
             self.why = f"{type(exc).__name__}: {exc}"
             self._unreachable_until = time.monotonic() + _RETRY_CONNECT_S
@@ -211,9 +229,12 @@ class TrialLink:
         self._control = ControlFile(control) if control else None
         self._sink: _DirectSink | None = None
         self._polled = 0.0
+        self._relay: RelayConnection | None = None
+        self._pid = 0  # the process that found self._relay
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_sink": None}  # a storage or file handle stays in its process
+        # A storage, a file handle or a connection stays in its process.
+        return {**self.__dict__, "_sink": None, "_relay": None, "_pid": 0}
 
     # -- requests --------------------------------------------------------------------
 
@@ -279,9 +300,9 @@ class TrialLink:
     # -- inside ---------------------------------------------------------------------
 
     def _ask(self, message: dict[str, Any], here: Any = None) -> dict[str, Any]:
-        message = {**message, "trial": self.trial_id, "run": self.token}
+        message["trial"], message["run"] = self.trial_id, self.token
         if self.address is not None:
-            connection = RelayConnection.to(self.address)
+            connection = self._connection()
             try:
                 answer = connection.request(message)
             except OSError as exc:  # unreachable, or no answer: the same writes, directly
@@ -292,9 +313,16 @@ class TrialLink:
         self.direct = True
         return here() if here is not None else self._here(message)
 
+    def _connection(self) -> RelayConnection:
+        """This process's connection to the relay (found once per process)."""
+        pid = os.getpid()
+        if self._pid != pid:
+            self._relay, self._pid = RelayConnection.to(self.address), pid
+        return self._relay
+
     def _answered(self, answer: dict[str, Any]) -> dict[str, Any]:
         if answer.get("ok"):
-            self.decision = Decision.from_wire(answer)
+            self.decision = _NO_DECISION if len(answer) == 2 else Decision.from_wire(answer)
             self._polled = time.monotonic()
             return answer
         if answer.get("halt"):
@@ -348,6 +376,7 @@ class _DirectSink:
             apply_writes(self._storage, writes)
 
 
+_NO_DECISION = Decision()
 _told: set[str] = set()
 
 

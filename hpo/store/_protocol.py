@@ -70,8 +70,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["VERSION", "MAX_REQUEST", "HELLO_TIMEOUT_S", "RELAY_MARK", "Decision", "Halted",
-           "split_relay", "relay_url", "encode", "decode", "read_frame", "HEADER"]
+__all__ = ["VERSION", "MAX_REQUEST", "MAX_ANSWER", "HELLO_TIMEOUT_S", "RELAY_MARK", "Decision",
+           "Halted", "split_relay", "relay_url", "encode", "decode", "read_frame", "Frames",
+           "FrameTooLarge", "HEADER"]
 
 VERSION = 1
 HEADER = struct.Struct("!I")
@@ -146,32 +147,70 @@ class Halted(Exception):
 
 def encode(message: dict[str, Any]) -> bytes:
     """One frame holding ``message``."""
-    payload = json.dumps(message, separators=(",", ":")).encode()
+    payload = _ENCODER.encode(message).encode()
     return HEADER.pack(len(payload)) + payload
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def decode(payload: bytes) -> dict[str, Any]:
     """The object in a frame's payload; ValueError when it is not one."""
-    message = json.loads(payload)
+    message = _DECODER(payload.decode())
     if not isinstance(message, dict):
         raise ValueError("a frame must hold a JSON object")
     return message
 
 
-def read_frame(sock: socket.socket, limit: int = MAX_ANSWER) -> dict[str, Any]:
-    """Read one frame from a blocking socket; ConnectionError when it closes."""
-    (size,) = HEADER.unpack(_read_exactly(sock, HEADER.size))
-    if size > limit:
-        raise ConnectionError(f"a frame of {size} bytes is over the limit of {limit}")
-    return decode(_read_exactly(sock, size))
+_DECODER = json.JSONDecoder().decode
 
 
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
+class FrameTooLarge(ValueError):
+    """A frame announced more bytes than its reader takes (refused before they are read)."""
+
+
+class Frames:
+    """The bytes a connection received, cut into frames' payloads."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._data = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self._data += data
+
+    def next(self) -> bytes | None:
+        """The next whole frame's payload, or None until more bytes come.
+
+        Raises
+        ------
+        FrameTooLarge
+            The next frame announces more than ``limit`` bytes.
+        """
+        data = self._data
+        if len(data) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(data)
+        if size > self.limit:
+            raise FrameTooLarge(f"a frame of {size} bytes is over the limit of {self.limit}")
+        end = HEADER.size + size
+        if len(data) < end:
+            return None
+        payload = bytes(data[HEADER.size:end])
+        del data[:end]
+        return payload
+
+
+def read_frame(sock: socket.socket, frames: Frames | None = None) -> dict[str, Any]:
+    """Read one frame from a blocking socket (into ``frames``, which keeps
+    what arrived beyond it); ConnectionError when the socket closes."""
+    frames = frames if frames is not None else Frames(MAX_ANSWER)
+    while (payload := frames.next()) is None:
+        data = sock.recv(_RECEIVE)
+        if not data:
             raise ConnectionResetError("the relay closed the connection")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        frames.add(data)
+    return decode(payload)
+
+
+_RECEIVE = 1 << 16  # bytes asked of a socket at once (a larger ask costs a larger allocation)

@@ -48,7 +48,7 @@ from hpo.store._files import process_alive
 from hpo.store._journal import JournalFile, encode_records, write_durably
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, decode, encode, relay_url,
+    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, decode, encode, relay_url,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
@@ -63,7 +63,8 @@ _MAX_PEERS = 4096  # connections kept at once (a node's file limit is often 1,02
 _MAX_UNSENT = 64 << 20  # answers a peer does not read: past this, it is dropped
 _LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
 _HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
-_WORKER_ID = "hpo-relay"  # the journal's worker id of the records the relay writes for trials
+_WORKER_ID = "hpo-relay"
+_RECEIVE = 1 << 16  # bytes asked of a socket at once  # the journal's worker id of the records the relay writes for trials
 
 
 def relay_interface(local: bool) -> tuple[str, str | None]:
@@ -81,9 +82,10 @@ def relay_interface(local: bool) -> tuple[str, str | None]:
 class _Peer:
     sock: socket.socket
     since: float
-    inbox: bytearray = field(default_factory=bytearray)
+    inbox: Frames = field(default_factory=lambda: Frames(MAX_REQUEST))
     unsent: bytearray = field(default_factory=bytearray)
     hello: bool = False
+    blocked: bool = False  # its socket took less than was sent: wait until it can write
 
 
 @dataclass(eq=False)
@@ -139,6 +141,7 @@ class StudyRelay:
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._requests: list[tuple[_Peer, dict[str, Any]]] = []
+        self._unsent: list[_Peer] = []  # connections with answers queued this turn
         self._locals: deque[_Local] = deque()
         self._later: deque[tuple[_Peer, dict[str, Any]]] = deque()  # answers made off this thread
         self._decider = ThreadPoolExecutor(1, "hpo-pruner") if pruning is not None and pruning.slow else None
@@ -246,7 +249,7 @@ class StudyRelay:
             else:
                 if mask & selectors.EVENT_READ:
                     self._receive(key.data)
-                if mask & selectors.EVENT_WRITE:
+                if mask & selectors.EVENT_WRITE and key.data.unsent:
                     self._flush(key.data)
         self._drop_silent()
         while self._later:
@@ -259,6 +262,7 @@ class StudyRelay:
             self._appender.release()  # idle: let direct writers have the lock
             if time.monotonic() - self._looked >= _FOREIGN_S:
                 self._take_foreign()
+        self._flush_all()
 
     # -- connections ----------------------------------------------------------------
 
@@ -299,7 +303,7 @@ class StudyRelay:
 
     def _receive(self, peer: _Peer) -> None:
         try:
-            data = peer.sock.recv(1 << 20)
+            data = peer.sock.recv(_RECEIVE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -307,17 +311,12 @@ class StudyRelay:
         if not data:  # closed: an incomplete frame (a writer killed mid-send) is dropped
             self._drop(peer)
             return
-        peer.inbox += data
-        while len(peer.inbox) >= HEADER.size:
-            (size,) = HEADER.unpack_from(peer.inbox)
-            if size > MAX_REQUEST:  # refused before it is read
-                self._drop(peer)
-                return
-            if len(peer.inbox) < HEADER.size + size:
-                return
-            payload = bytes(peer.inbox[HEADER.size:HEADER.size + size])
-            del peer.inbox[:HEADER.size + size]
+        peer.inbox.add(data)
+        while True:
             try:
+                payload = peer.inbox.next()  # a frame over the limit: refused before it is read
+                if payload is None:
+                    return
                 message = decode(payload)
             except ValueError:
                 self._drop(peer)
@@ -359,10 +358,22 @@ class StudyRelay:
         self._resume_accepting()
 
     def _send(self, peer: _Peer, answer: dict[str, Any]) -> None:
+        """Queue an answer; :meth:`_flush_all` sends what a round queued,
+        one send per connection."""
         if peer.sock.fileno() < 0:
             return  # left meanwhile; its records are durable all the same
-        peer.unsent += encode(answer)
-        self._flush(peer)
+        self._queue(peer, encode(answer))
+
+    def _queue(self, peer: _Peer, frame: bytes) -> None:
+        if not peer.unsent:
+            self._unsent.append(peer)
+        peer.unsent += frame
+
+    def _flush_all(self) -> None:
+        unsent, self._unsent = self._unsent, []
+        for peer in unsent:
+            if not peer.blocked:
+                self._flush(peer)
 
     def _flush(self, peer: _Peer) -> None:
         try:
@@ -376,11 +387,14 @@ class StudyRelay:
         if len(peer.unsent) > _MAX_UNSENT:
             self._drop(peer)
             return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if peer.unsent else 0)
-        try:
-            self._selector.modify(peer.sock, events, peer)
-        except (KeyError, ValueError):
-            pass
+        blocked = bool(peer.unsent)
+        if blocked != peer.blocked:  # the selector is told only when that changes
+            peer.blocked = blocked
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if blocked else 0)
+            try:
+                self._selector.modify(peer.sock, events, peer)
+            except (KeyError, ValueError):
+                pass
 
     # -- a round ----------------------------------------------------------------------
 
@@ -410,6 +424,7 @@ class StudyRelay:
                 for record in new:
                     self.ledger.apply(record)  # type: ignore[attr-defined]
                 records.extend(new)
+        self._flush_all()  # starts and refusals go before the write
         try:
             outcomes = self._commit(records, written)
         except Exception as exc:
@@ -418,6 +433,7 @@ class StudyRelay:
                 local.done.set()
             for peer, message, _ in written:
                 self._send(peer, _refusal(message, error=f"{type(exc).__name__}: {exc}"))
+            self._flush_all()
             raise
         for local in locals_:
             local.done.set()
@@ -503,7 +519,10 @@ class StudyRelay:
             self._decider.submit(self._decide_later, peer, message, trial_id, int(step))
             return
         decision = self._decision(trial_id, None if step is None else int(step))
-        self._send(peer, {"id": message.get("id"), "ok": True, **decision.to_wire()})
+        if decision == _NOTHING_TO_DO:  # the usual answer, made without the encoder
+            self._queue(peer, _plain_ok(message.get("id")))
+        else:
+            self._send(peer, {"id": message.get("id"), "ok": True, **decision.to_wire()})
 
     def _decision(self, trial_id: int, step: int | None) -> Decision:
         study = self.ledger.study()
@@ -567,6 +586,16 @@ class StudyRelay:
                 if trial_id not in self.ledger.pruned:
                     self._prune(trial_id, step)
         self._publish()
+
+
+_NOTHING_TO_DO = Decision()
+
+
+def _plain_ok(number: Any) -> bytes:
+    """The frame of ``{"id": N, "ok": true}``."""
+    payload = (b'{"id":%d,"ok":true}' % number if isinstance(number, int)
+               else encode({"id": number, "ok": True})[HEADER.size:])
+    return HEADER.pack(len(payload)) + payload
 
 
 def _refusal(message: dict[str, Any], halt: str | None = None, error: str | None = None,
