@@ -145,11 +145,7 @@ def run(
             controller = Controller(spec, run_dir, storage_url, chosen,
                                     objective=objective if callable(objective) else None,
                                     sampler=sampler, pruner=pruner, progress=progress)
-            result = controller.run()
-            # Readers (hpo status, the dashboard) start from it instead of
-            # replaying the whole journal; a small study writes none.
-            run_dir.save_snapshot()
-            return result
+            return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
 

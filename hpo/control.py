@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -77,7 +77,7 @@ class Controller:
         """Run the study to its end, through the study's relay: the one reader
         and sequencer of its store while the master runs."""
         spec = self.spec
-        pruning = make_pruning(asdict(spec.early_stopping), maximize=spec.metric.direction == "maximize",
+        pruning = make_pruning(spec.early_stopping_settings, maximize=spec.metric.direction == "maximize",
                                study_name=spec.name, metric=spec.metric.name, pruner=self.pruner)
         host, advertised = relay_interface(self.engine.local)
         with StudyRelay(self.storage_url, spec.name, pruning=pruning, control=self.run_dir.control_file,
@@ -87,7 +87,11 @@ class Controller:
                 pruning.attach(study)
             self._writers_url = relay.writers_url
             self._relay = relay
-            return self._run(study)
+            result = self._run(study)
+            # Readers (hpo status, the dashboard) start from it instead of
+            # replaying the whole journal; a small study writes none.
+            relay.save_snapshot()
+            return result
 
     def _run(self, study: optuna.Study) -> StudyResult:
         store = self._store = StudyStore.of(study)
@@ -136,17 +140,20 @@ class Controller:
         def pending() -> int:
             return allocator.pending if allocator else 0
 
+        def opened() -> int:
+            return tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + pending()
+
         def may_open() -> bool:
-            opened = tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + pending()
-            return (not stopping and not exhausted and opened < self.spec.max_trials
-                    and self._room_for_new(searcher, tally.counted, len(waiting), opened - tally.counted))
+            return (not stopping and not exhausted and opened() < self.spec.max_trials
+                    and self._room_for_new(searcher, tally.counted, len(waiting), opened() - tally.counted))
 
         while True:
             while not stopping and len(self._in_flight) + pending() < window:
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
                 elif may_open():
-                    exhausted = not self._start_new(searcher)
+                    room = min(window - len(self._in_flight) - pending(), self.spec.max_trials - opened())
+                    exhausted = not self._start_new(searcher, 1 if searcher.adaptive else room)
                 elif waiting:
                     self._resume(store, waiting)
                 else:
@@ -198,16 +205,18 @@ class Controller:
                                      + [c.trial_id for c in held if c.resume], store.stop() or {})
         progress.close()
 
-    def _start_new(self, searcher: Searcher) -> bool:
-        """Submit the next proposed configuration; False when the space is exhausted."""
-        proposal = searcher.ask()
-        if proposal is None:
-            return False
+    def _start_new(self, searcher: Searcher, room: int = 1) -> bool:
+        """Submit up to ``room`` new proposed configurations (stored together
+        where the search allows); False when the space is exhausted."""
+        proposals = searcher.ask_many(max(room, 1))
         if self._allocator:
-            self._allocator.propose(proposal.number, proposal.trial_id, proposal.params)
+            for proposal in proposals:
+                self._allocator.propose(proposal.number, proposal.trial_id, proposal.params)
         else:
-            self._submit(self._task(proposal.number, proposal.trial_id, proposal.params))
-        return True
+            tasks = [self._task(p.number, p.trial_id, p.params, new=True) for p in proposals]
+            for task, handle in zip(tasks, self.engine.submit_many(tasks)):
+                self._in_flight[task.number] = InFlight(task, handle)
+        return bool(proposals)
 
     def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
         """Whether a new trial may take a slot now. New trials come first,
@@ -252,10 +261,10 @@ class Controller:
         self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority))
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
-              after_segment: int = -1, **allocation: Any) -> TrialTask:
+              after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:
         """The task of a trial, with what the replica holds of it (its
-        process never reads the store)."""
-        context = context_of(self._store.trial(trial_id))
+        process never reads the store; a ``new`` trial holds nothing yet)."""
+        context = None if new else context_of(self._store.trial(trial_id))
         return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
                                    objective=self.objective, context=context, **allocation)

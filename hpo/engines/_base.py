@@ -91,6 +91,11 @@ class Engine(abc.ABC):
         """Start ``task`` (or queue it) and return a handle. A ``priority``
         task goes ahead of queued ones: the segment a scheduling policy chose."""
 
+    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list[Handle]:
+        """Start several tasks at once (a master filling its slots); an engine
+        that can hand them over in one go does."""
+        return [self.submit(task, priority) for task in tasks]
+
     @abc.abstractmethod
     def wait(self, handles: Sequence[Handle], timeout: float) -> list[Handle]:
         """Block up to ``timeout`` s until one of ``handles`` is over; return

@@ -204,10 +204,29 @@ class DaskEngine(Engine):
         host = urlsplit(self.client.scheduler.address).hostname or ""
         return host == "localhost" or host == "::1" or host.startswith("127.")
 
-    def submit(self, task: TrialTask, priority: bool = False):
+    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list:
+        """Tasks the master placed nowhere in particular go to the scheduler
+        in one message (``Client.map``: a tenth of a submit each)."""
+        plain = [t for t in tasks if not t.workers]
+        if len(plain) < 2 or len({(t.cpus, t.gpus) for t in plain}) > 1:
+            return super().submit_many(tasks, priority)
+        first = plain[0]
+        futures = self.client.map(
+            run_trial, plain, key=[self._key(t) for t in plain], pure=False, retries=self.retries,
+            resources=self._requests(first.cpus, first.gpus) or None, priority=1 if priority else 0)
+        for future in futures:
+            future.add_done_callback(self._done.put)
+        by_task = dict(zip(map(id, plain), futures))
+        return [by_task[id(t)] if id(t) in by_task else self.submit(t, priority) for t in tasks]
+
+    @staticmethod
+    def _key(task: TrialTask) -> str:
         # An explicit key per trial and pure=False: two trials with equal
         # arguments must never collapse into one Dask task.
-        key = f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
+        return f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
+
+    def submit(self, task: TrialTask, priority: bool = False):
+        key = self._key(task)
         resources = self._requests(task.cpus, task.gpus) or None
         workers = list(task.workers[:1]) if task.workers else None
         future = self.client.submit(

@@ -73,18 +73,32 @@ class Searcher(abc.ABC):
 
     def ask(self) -> Proposal | None:
         """Store and return the next configuration, or None when none is left."""
-        if self._exhausted():
-            return None
+        asked = self.ask_many(1)
+        return asked[0] if asked else None
+
+    def ask_many(self, count: int) -> list[Proposal]:
+        """Store and return up to ``count`` configurations (fewer when the
+        space runs out). A search that does not learn from results stores
+        them in one write; an adaptive one asks one at a time, as each
+        proposal is sampled on its trial."""
         if self.adaptive:
-            trial = self.study.ask()
-            for name in trial.relative_params:  # the proposal, sampled on the new trial
-                _suggest(trial, name, self.distributions[name])
-            trial_id, number, params = StudyStore.trial_id(trial), trial.number, dict(trial.params)
-        else:
+            proposals = []
+            while len(proposals) < count and not self._exhausted():
+                trial = self.study.ask()
+                for name in trial.relative_params:  # the proposal, sampled on the new trial
+                    _suggest(trial, name, self.distributions[name])
+                params = dict(trial.params)
+                self._seen.add(_key(params))
+                proposals.append(Proposal(StudyStore.trial_id(trial), trial.number, params))
+            return proposals
+        chosen = []
+        while len(chosen) < count and not self._exhausted():
             params = self._propose(self.study, None)
-            trial_id, number = self._store.create_trial(params, {k: self.distributions[k] for k in params})
-        self._seen.add(_key(params))
-        return Proposal(trial_id, number, params)
+            self._seen.add(_key(params))
+            chosen.append(params)
+        created = self._store.create_trials(
+            [(params, {k: self.distributions[k] for k in params}) for params in chosen])
+        return [Proposal(trial_id, number, params) for (trial_id, number), params in zip(created, chosen)]
 
     @abc.abstractmethod
     def _exhausted(self) -> bool:

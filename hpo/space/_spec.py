@@ -355,6 +355,11 @@ class StudySpec:
         return self.resources.shape(config)
 
     @cached_property
+    def early_stopping_settings(self) -> dict[str, Any]:
+        """The ``early_stopping`` section as a plain dict (every trial's task carries it)."""
+        return asdict(self.early_stopping)
+
+    @cached_property
     def shape_bounds(self) -> tuple[TrialShape, TrialShape]:
         """The smallest and the largest trial shape, amount by amount (over up
         to 4,096 configurations: computed once)."""

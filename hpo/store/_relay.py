@@ -46,10 +46,12 @@ from optuna.storages.journal import BaseJournalBackend
 from hpo.store._control import ControlFile
 from hpo.store._files import process_alive
 from hpo.store._journal import JournalFile, encode_records, write_durably
+from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
     HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, decode, encode, relay_url,
 )
+from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
 
@@ -196,6 +198,20 @@ class StudyRelay:
         local.done.wait()
         if local.error is not None:
             raise OSError(f"the study's store could not be written: {local.error}") from local.error
+
+    def save_snapshot(self) -> bool:
+        """Write the journal's snapshot (:mod:`hpo.store._snapshot`) from the
+        replica, when at least ``SNAPSHOT_EVERY`` records came after the last
+        one: readers then start from it. Called once the study ended (nothing
+        is in flight); False when nothing was written (a database, a study
+        too small, direct appends not followed yet)."""
+        if self._journal is None:
+            return False
+        mark, payload = replica_dump(self.storage, lambda: self._feed.consumed)
+        earlier = read_snapshot(self._journal.path, STORE_SNAPSHOT)
+        if mark.records - (earlier[0].records if earlier else 0) < snapshot_module.SNAPSHOT_EVERY:
+            return False
+        return write_snapshot(self._journal.path, STORE_SNAPSHOT, mark, payload)
 
     def catch_up(self) -> None:
         """Make the replica hold what other processes appended to the journal
@@ -448,9 +464,9 @@ class StudyRelay:
         if self._journal is not None:
             data = encode_records(records)
             if data:
+                self._end += len(data)  # first: catch_up() reads it while the write goes on
                 self._appender.write(data)
-                self._end += len(data)
-                self._feed.add(records)
+                self._feed.add(records, self._end)
             return [True] * len(written)
         stored = []
         for _, _, writes in written:
@@ -580,7 +596,7 @@ class StudyRelay:
             self.ledger.apply(record)  # type: ignore[attr-defined]
             if record.get("op_code") == 7:
                 reported.append((record["trial_id"], int(record["step"])))
-        self._feed.add(records)
+        self._feed.add(records, end)
         if self.pruning is not None and not self.pruning.slow:
             for trial_id, step in reported:
                 if trial_id not in self.ledger.pruned:
@@ -624,6 +640,8 @@ class _Feed(BaseJournalBackend):
         self._records: list[dict[str, Any]] = []
         self._first = 0  # the record number of self._records[0]
         self._from_file: int | None = 0  # records read from the file; None once the relay feeds
+        self._fed_end = 0  # the byte offset in the journal just past the last record fed
+        self.consumed = Mark(0, 0)  # where the replica's last read ended
         self._lock = threading.Lock()
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
@@ -632,7 +650,9 @@ class _Feed(BaseJournalBackend):
         with self._lock:
             del self._records[:max(log_number_from - self._first, 0)]
             self._first = max(self._first, log_number_from)
-            return iter(list(self._records))
+            fed = list(self._records)
+            self.consumed = Mark(self._first + len(fed), self._fed_end)
+            return iter(fed)
 
     def _read_file(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         for record in self._journal.read_logs(log_number_from):
@@ -648,11 +668,15 @@ class _Feed(BaseJournalBackend):
     def take_over(self) -> int:
         """From now on the relay feeds the replica; the byte offset it goes on from."""
         self._first, self._from_file = self._from_file, None
-        return self._journal.read_to
+        self._fed_end = self._journal.read_to
+        self.consumed = Mark(self._first, self._fed_end)
+        return self._fed_end
 
-    def add(self, records: list[dict[str, Any]]) -> None:
+    def add(self, records: list[dict[str, Any]], end: int) -> None:
+        """Records the journal holds up to byte ``end``, in its order."""
         with self._lock:
             self._records.extend(records)
+            self._fed_end = end
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._append(logs)

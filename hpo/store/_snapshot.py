@@ -23,7 +23,7 @@ import pickle
 import sys
 import zlib
 from pathlib import Path
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 import optuna
@@ -33,7 +33,7 @@ from hpo.store._files import write_atomically
 from hpo.store._journal import JournalFile
 
 __all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
-           "replay_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT", "SNAPSHOT_EVERY"]
+           "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT", "SNAPSHOT_EVERY"]
 
 STORE_SNAPSHOT = "snapshot"  # journal.log.snapshot: Optuna's replay result
 # Records a journal must have beyond its snapshot before the master writes a
@@ -183,6 +183,17 @@ def replay_dump(storage: optuna.storages.JournalStorage, study_id: int | None = 
         light._trials = {i: _PLACEHOLDER if t.state.is_finished() and t.number in kept
                          and study_of.get(i) == study_id else t for i, t in result._trials.items()}
         return mark, pickle.dumps(light, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def replica_dump(storage: optuna.storages.JournalStorage,
+                 where: Callable[[], Mark]) -> tuple[Mark, bytes]:
+    """Optuna's replay result of ``storage``, brought up to date and pickled,
+    and where it stands (``where()``, asked of its backend at that moment).
+    Optuna offers no public way to take it; this reaches its private
+    attributes, under the storage's own lock."""
+    with storage._thread_lock:
+        storage._sync_with_backend()
+        return where(), pickle.dumps(storage._replay_result, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def records_read(storage: optuna.storages.BaseStorage) -> tuple[int, int]:

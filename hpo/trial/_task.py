@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hpo.store import RunDir, TrialContext, context_of
@@ -105,7 +105,7 @@ class TrialTask:
             gpu_share=shape.gpus if shape.shared else 1.0,
             device_speed=placement.speed if placement else None,
             profile_batches=profile_batches, resizable=resizable,
-            early_stopping=asdict(spec.early_stopping),
+            early_stopping=spec.early_stopping_settings,
             direction=spec.metric.direction, quantum=quantum,
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=shape.time_limit_s is not None or shape.gpus > 0,
