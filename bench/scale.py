@@ -1,7 +1,7 @@
 """A simulated 1,000-worker study: does hpo keep a thousand slots busy?
 
-W workers are threads of a few Dask worker processes (``--processes``, each
-with W / processes threads, started as separate processes so the master's CPU
+W workers are threads of a few Dask worker processes (``--per-process`` each,
+started as separate processes so that the master's CPU
 time is its own). Every trial sleeps and reports once a second, as real
 trials do (``trial.report(step, value=...)`` then ``trial.should_stop()``, via
 ``hpo.examples.toy.curve``), for ``--steps`` seconds (give or take
@@ -34,10 +34,16 @@ thread's idle seconds between one trial and its next (median); report latency
 seconds of the master (this process: for hpo the master alone, for Optuna
 everything, trials included), of the Dask scheduler and of the workers.
 
-Run: ``python bench/scale.py [--workers 1000] [--processes 4] [--steps 15]
+``--workers`` takes several sizes (``250,1000,2000,4000``): each gets a
+cluster of its own, ``--per-process`` threads a worker process (250), and a
+table; a summary follows with hpo's utilisation beside plain Dask's and the
+master's CPU per report (the master, its relay included, in this process).
+Every trial must complete: a run that lost one says which and how it ended.
+
+Run: ``python bench/scale.py [--workers 1000] [--per-process 250] [--steps 15]
 [--spread 0] [--trials N] [--repeats R] [--contenders hpo,optuna,dask]``.
 Figures are medians over R rounds. The last line is
-``utilisation_pct=<hpo's utilisation>``.
+``utilisation_pct=<hpo's utilisation at 1,000 workers, else the first size>``.
 """
 
 from __future__ import annotations
@@ -148,6 +154,10 @@ def run_hpo(setup: Setup, cluster: Cluster, log_dir: Path, tmp: Path) -> int:
         "space": {"i": {"type": "int", "low": 0, "high": setup.trials - 1}},
     }
     result = hpo.run(space, engine="dask", scheduler=cluster.address, runs_dir=tmp, progress=False)
+    others = [t for t in result.trials if t.state is not hpo.TrialStatus.COMPLETE]
+    for trial in others:  # a benchmark may not lose a trial: say what became of it
+        print(f"    trial {trial.number} ended {trial.state.value}: {trial.error or trial.events}",
+              file=sys.stderr, flush=True)
     return result.counts["COMPLETE"]
 
 
@@ -267,6 +277,7 @@ def figures(run: Run, workers: int) -> dict[str, float]:
         "reports_per_s": sum(len(t["report_s"]) for t in run.trials) / run.wall,
         "master_cpu_s": run.master_cpu, "sched_cpu_s": run.scheduler_cpu,
         "workers_cpu_s": run.workers_cpu,
+        "master_ms_per_report": 1000 * run.master_cpu / max(1, sum(len(t["report_s"]) for t in run.trials)),
     }
 
 
@@ -288,29 +299,17 @@ def print_table(setup: Setup, medians: dict[str, dict[str, float]], repeats: int
         print(f"  {name:26s} {cells}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=1000, help="slots (threads in all)")
-    parser.add_argument("--processes", type=int, default=4, help="Dask worker processes")
-    parser.add_argument("--steps", type=int, default=15, help="reports (seconds) per trial")
-    parser.add_argument("--spread", type=int, default=0, help="trials last steps +- spread")
-    parser.add_argument("--step-s", type=float, default=1.0, help="seconds between reports")
-    parser.add_argument("--trials", type=int, help="trials in the study (default: 3 per worker)")
-    parser.add_argument("--saturation", type=float, default=1.0,
-                        help="Dask's scheduler worker-saturation (its default: 1.1)")
-    parser.add_argument("--repeats", type=int, default=1, help="rounds (median)")
-    parser.add_argument("--contenders", default="hpo,optuna,dask", help="comma-separated, in order")
-    args = parser.parse_args()
-    setup = Setup(args.workers, args.processes, args.steps, args.spread, args.step_s,
-                  args.trials or 3 * args.workers, args.saturation)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+def measure_size(args: argparse.Namespace, workers: int) -> dict[str, dict[str, float]]:
+    """Every contender on a cluster of ``workers`` slots; their median rows."""
+    processes = max(1, -(-workers // args.per_process))
+    setup = Setup(workers, processes, args.steps, args.spread, args.step_s,
+                  args.trials or 3 * workers, args.saturation)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         started = time.perf_counter()
         cluster = Cluster(setup, tmp)
-        print(f"dask scheduler and {setup.processes} worker processes ({setup.workers} threads) "
-              f"start-up: {time.perf_counter() - started:.1f} s (not in the figures)")
+        print(f"{workers} workers: dask scheduler and {processes} worker processes start-up: "
+              f"{time.perf_counter() - started:.1f} s (not in the figures)", file=sys.stderr, flush=True)
         contenders: dict[str, Callable[[Path], int]] = {
             "hpo (dask, journal)": lambda logs: run_hpo(setup, cluster, logs, tmp),
             f"optuna n_jobs={setup.workers} (journal)": lambda logs: run_optuna(setup, logs, tmp),
@@ -332,7 +331,42 @@ def main() -> None:
     medians = {name: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                for name, runs in rows.items()}
     print_table(setup, medians, args.repeats)
-    hpo_row = next((row for name, row in medians.items() if name.startswith("hpo")), None)
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1000", help="slots (threads in all); several: 250,1000")
+    parser.add_argument("--per-process", type=int, default=250, help="threads a Dask worker process")
+    parser.add_argument("--steps", type=int, default=15, help="reports (seconds) per trial")
+    parser.add_argument("--spread", type=int, default=0, help="trials last steps +- spread")
+    parser.add_argument("--step-s", type=float, default=1.0, help="seconds between reports")
+    parser.add_argument("--trials", type=int, help="trials in the study (default: 3 per worker)")
+    parser.add_argument("--saturation", type=float, default=1.0,
+                        help="Dask's scheduler worker-saturation (its default: 1.1)")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds (median)")
+    parser.add_argument("--contenders", default="hpo,optuna,dask", help="comma-separated, in order")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    sizes = [int(n) for n in args.workers.split(",")]
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}", flush=True)
+    by_size = {workers: measure_size(args, workers) for workers in sizes}
+    print("\nsummary: utilisation, and the master's CPU per report")
+    print(f"  {'workers':>7s}  {'hpo util %':>10s}  {'dask util %':>11s}  {'points behind':>13s}  "
+          f"{'master ms/report':>16s}  {'complete':>8s}")
+    for workers, medians in by_size.items():
+        mine = next((row for name, row in medians.items() if name.startswith("hpo")), None)
+        dask = next((row for name, row in medians.items() if name.startswith("dask")), None)
+        if mine is None:
+            continue
+        behind = f"{dask['util_pct'] - mine['util_pct']:13.1f}" if dask else f"{'-':>13s}"
+        print(f"  {workers:7d}  {mine['util_pct']:10.1f}  "
+              f"{dask['util_pct'] if dask else float('nan'):11.1f}  {behind}  "
+              f"{mine['master_ms_per_report']:16.2f}  {mine['complete']:8.0f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    headline = by_size.get(1000, next(iter(by_size.values())))
+    hpo_row = next((row for name, row in headline.items() if name.startswith("hpo")), None)
     if hpo_row:
         print(f"utilisation_pct={hpo_row['util_pct']:.1f}")
 
