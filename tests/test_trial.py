@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 
 import optuna
 import pytest
@@ -14,7 +13,7 @@ import hpo.trial._run
 from hpo.pruning import median_pruning
 from hpo.store import Halted, StudyRelay, StudyStore, TrialLink, split_relay
 from hpo.store.records import ENDED_BY_ATTR, EVENT_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR
-from hpo.trial import Trial, TrialStatus, TrialTask, open_trial, run_trial
+from hpo.trial import Trial, TrialStatus, TrialTask, run_trial
 from hpo.trial._attempt import TaskInterrupted
 from conftest import wait_for
 
@@ -244,44 +243,6 @@ def test_a_trial_ended_by_the_master_meanwhile_keeps_the_stored_end(relay, tmp_p
     stored = fresh(task)
     assert stored.system_attrs[ENDED_BY_ATTR]["reason"] == "cancelled"
     assert stored.intermediate_values == {}
-
-
-def test_a_zombie_attempt_cannot_overwrite_the_attempt_that_took_its_trial_over(relay, tmp_path):
-    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
-    zombie = open_trial(task)  # an attempt whose worker the engine gave up for lost
-    zombie.report(0, value=0.1)
-    newer = run_trial(TrialTask(**{**task.__dict__, "objective": lambda config, trial: 0.9}))
-    assert newer.state is TrialStatus.COMPLETE and newer.value == 0.9
-    zombie.report(1, value=0.2)  # it comes back: refused, and told to stop
-    assert zombie.should_stop() and zombie.stop_reason == "halted"
-    stored = fresh(task)
-    assert stored.value == 0.9 and 1 not in stored.intermediate_values
-    assert stored.system_attrs[RUN_ATTR]["attempt"] == 2  # the zombie's attempt, seen as lost
-
-
-def test_a_report_on_an_ended_trial_is_refused_to_that_trial_alone(relay, tmp_path):
-    store = StudyStore(relay.storage, "s")
-    ended, alive = (make_task(relay, tmp_path, "hpo.examples.toy:sleep") for _ in range(2))
-    ended_trial, alive_trial = open_trial(ended), open_trial(alive)
-    store.end_without_result(ended.trial_id, "cancelled", "study stopped")
-    errors: list[BaseException] = []
-
-    def report(trial, step):
-        try:
-            trial.report(step, value=float(step))
-        except BaseException as exc:  # noqa: BLE001 - what a thread would see
-            errors.append(exc)
-
-    threads = [threading.Thread(target=report, args=(t, s)) for t in (ended_trial, alive_trial)
-               for s in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []  # nothing raised in any thread
-    assert ended_trial.should_stop() and not alive_trial.should_stop()
-    assert fresh(alive).intermediate_values == {0: 0.0, 1: 1.0, 2: 2.0}
-    assert fresh(ended).intermediate_values == {}
 
 
 def test_a_link_refused_by_the_relay_raises_halted(relay, tmp_path):

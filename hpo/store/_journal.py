@@ -69,9 +69,27 @@ class JournalFile(JournalFileBackend):
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number = log_number_from if log_number_from in self._offsets else 0
-        offset = self._offsets[number]
+        for record, offset in self._intact(self._offsets[number]):
+            number += 1
+            self._offsets[number] = offset
+            self._read_to = max(self._read_to, offset)
+            if number > log_number_from:
+                yield record
+
+    def read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """The intact records from byte ``offset`` on, and the offset after the
+        last of them (an incomplete last line waits for the next read)."""
+        records = []
+        for record, offset in self._intact(offset):
+            records.append(record)
+        return records, offset
+
+    def _intact(self, offset: int) -> Iterator[tuple[dict[str, Any], int]]:
+        """Each intact record from byte ``offset`` on, with the offset after
+        it; lines appended meanwhile wait for the next read, and a torn tail
+        (or a write still going on) ends it."""
         with open(self._path, "rb") as f:
-            end = os.fstat(f.fileno()).st_size  # lines appended meanwhile wait for the next read
+            end = os.fstat(f.fileno()).st_size
             f.seek(offset)
             for line in f:
                 if offset + len(line) > end:
@@ -79,31 +97,9 @@ class JournalFile(JournalFileBackend):
                 record = _record(line, self._path, offset)
                 if record is None:
                     _refuse_damage_before_records(self._path, offset)
-                    return  # a torn tail, or a write still going on
+                    return
                 offset += len(line)
-                number += 1
-                self._offsets[number] = offset
-                self._read_to = max(self._read_to, offset)
-                if number > log_number_from:
-                    yield record
-
-    def read_from(self, offset: int) -> tuple[list[dict[str, Any]], int]:
-        """The intact records from byte ``offset`` on, and the offset after the
-        last of them (an incomplete last line waits for the next read)."""
-        records = []
-        with open(self._path, "rb") as f:
-            end = os.fstat(f.fileno()).st_size
-            f.seek(offset)
-            for line in f:
-                if offset + len(line) > end:
-                    break
-                record = _record(line, self._path, offset)
-                if record is None:
-                    _refuse_damage_before_records(self._path, offset)
-                    break
-                records.append(record)
-                offset += len(line)
-        return records, offset
+                yield record, offset
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self.append_direct(encode_records(logs))
