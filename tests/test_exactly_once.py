@@ -71,12 +71,14 @@ def gone(process: psutil.Process) -> bool:
 
 
 def test_a_clean_stop_leaves_no_trial_process_and_the_resume_runs_each_step_once(tmp_path):
-    env = {"SLOWOBJ_STEP_S": "10", "HPO_STOP_GRACE_S": "2"}
+    # Steps of a minute: the stop and the grace are over long before the
+    # first one ends, however loaded the machine.
+    env = {"SLOWOBJ_STEP_S": "60", "HPO_STOP_GRACE_S": "2"}
     args = ("run", str(SPACES / "orphan.json"), "--workers", "2", "--runs-dir", str(tmp_path), "--quiet")
     master = hpo(*args, env=env)
     children = wait_for(lambda: len(trial_processes(master.pid)) == 2 and trial_processes(master.pid),
                         what="two trial processes")
-    time.sleep(2)  # well inside their first 10 s step
+    time.sleep(2)  # well inside their first step
     master.send_signal(signal.SIGTERM)
     code, output = finish(master)
     assert code == 128 + signal.SIGTERM, output
