@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "EngineLost", "closest"]
+__all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "EngineLost", "StoreUnavailable",
+           "closest"]
 
 
 class HpoError(Exception):
@@ -62,6 +63,13 @@ class EngineLost(HpoError):
     master exits and leaves every trial as it is: those still running on
     workers finish by themselves (their heartbeat says so), the others are
     resumed by the next run of the same command."""
+
+
+class StoreUnavailable(HpoError):
+    """The study's store cannot be written any more: its file system is full,
+    its journal was made read-only, deleted or replaced, or another master
+    took the study over. The master stops without recording anything as a
+    trial's failure; its message says why and what to do (exit 75)."""
 
 
 class EngineError(UsageError):

@@ -345,11 +345,12 @@ def test_a_relay_that_cannot_write_stops_and_its_master_hears_it(relay, tmp_path
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(relay_module, "write_durably", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        link.report(0, {"value": 1.0}, 1.0)  # told, not left waiting
-    with pytest.raises(OSError, match="No space left|not running"):
+    with pytest.raises(hpo.store.Halted) as refused:
+        link.report(0, {"value": 1.0}, 1.0)  # told at once, not left waiting: its attempt stops
+    assert refused.value.why == "unavailable"
+    with pytest.raises(hpo.StoreUnavailable, match=r"file system holding the study is full[\s\S]*fix: free space"):
         StudyStore(relay.storage, "s").set_stop({"reason": "x"})
-    assert relay.broken is not None
+    assert isinstance(relay.broken, hpo.StoreUnavailable)
 
 
 def test_a_trial_open_through_the_relay_pickles_into_a_task_for_another_process(relay, tmp_path):

@@ -31,7 +31,7 @@ The parts, each in its own module:
 
 from hpo.store import records
 from hpo.store._control import CONTROL_FILE, ControlFile
-from hpo.store._files import process_alive, write_atomically
+from hpo.store._files import MACHINE_FAULTS, process_alive, unwritable, write_atomically
 from hpo.store._journal import JournalFile
 from hpo.store._lease import MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
@@ -53,4 +53,4 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "split_relay", "Pruning",
            "ControlFile", "CONTROL_FILE", "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
-           "is_placeholder", "process_alive"]
+           "is_placeholder", "process_alive", "unwritable", "MACHINE_FAULTS"]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_atomically", "process_alive"]
+from hpo.errors import StoreUnavailable
+
+__all__ = ["write_atomically", "process_alive", "unwritable", "MACHINE_FAULTS"]
+
+# What a write meets when the file system is the problem, not the caller:
+# full, over its quota, or read-only.
+MACHINE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
@@ -44,3 +52,31 @@ def process_alive(pid: Any) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def unwritable(path: str | os.PathLike[str], err: int | None, why: str) -> StoreUnavailable:
+    """What a write to ``path`` that failed with ``err`` means, in the words
+    a user acts on: the file system, and what to do."""
+    mount = mount_point(Path(path))
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        free = shutil.disk_usage(mount).free if mount.exists() else 0
+        return StoreUnavailable(
+            f"{path}: the file system holding the study is full ({mount}: {free / 2**20:.1f} MiB "
+            f"free; {why}). Nothing was recorded as a trial's failure.\n  fix: free space on "
+            f"{mount} (or give the study another file system: --runs-dir), then run the same "
+            "command again: the trials cut short resume from their checkpoints")
+    if err in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StoreUnavailable(
+            f"{path}: cannot be written any more ({why}: the file or {mount} was made read-only). "
+            "Nothing was recorded as a trial's failure.\n  fix: make it writable again, then run "
+            "the same command again: the trials cut short resume from their checkpoints")
+    return StoreUnavailable(f"{path}: the study's store cannot be written ({why}).\n  fix: repair "
+                            "what failed, then run the same command again")
+
+
+def mount_point(path: Path) -> Path:
+    """The mount point of the file system holding ``path``."""
+    path = path.resolve()
+    while not os.path.ismount(path) and path.parent != path:
+        path = path.parent
+    return path

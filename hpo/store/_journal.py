@@ -10,6 +10,7 @@ intact records and says honestly what the dropped bytes may have held.
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -51,9 +52,13 @@ class JournalFile(JournalFileBackend):
     is set aside before an append, damage in the middle is refused on reading,
     and so is a record of a newer Optuna (rather than cut off as torn)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, create: bool = True) -> None:
         self._path = path
         self._journal_lock = JournalFileSymlinkLock(path)
+        if not create and not os.path.exists(path):
+            # A writer of a running study never begins a journal: one that
+            # vanished must stay missing, for the next master to refuse.
+            raise FileNotFoundError(errno.ENOENT, "the study's journal is missing", path)
         super().__init__(path, lock_obj=self._journal_lock)
         self._offsets = {0: 0}  # record number -> byte offset of its line
         self._read_to = 0  # the end of the last record read
@@ -116,7 +121,8 @@ class JournalFile(JournalFileBackend):
         not end in an intact record is torn for good."""
         self._journal_lock.acquire()
         try:
-            with open(self._path, "ab+") as f:
+            # Never created here: a journal deleted meanwhile stays missing.
+            with open(os.open(self._path, os.O_RDWR | os.O_APPEND), "ab+") as f:
                 _set_torn_tail_aside(f, self._path)
                 yield f
         finally:

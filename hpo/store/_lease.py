@@ -46,6 +46,8 @@ class MasterLease:
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._mine: tuple[int, int] | None = None  # (inode, mtime) of the lease as this master last wrote it
+        self.taken_by: dict[str, Any] | None = None  # who took the study over, once it happened
 
     def holder(self) -> dict[str, Any] | None:
         """The live holder (host, pid, slurm_job, since), or None when the
@@ -75,7 +77,10 @@ class MasterLease:
             self._renewer.join()
             self._renewer = None
         if (_read(self.path) or {}).get("token") == self.token:
-            self.path.unlink(missing_ok=True)
+            try:
+                self.path.unlink(missing_ok=True)
+            except OSError:  # a read-only file system: the lease goes stale by itself
+                pass
 
     def __enter__(self) -> "MasterLease":
         return self.acquire()
@@ -84,6 +89,36 @@ class MasterLease:
         self.release()
 
     # -- inside ----------------------------------------------------------------
+
+    def still_held(self) -> bool:
+        """Whether this master still holds the study (fencing: a master that
+        was stopped, by SIGSTOP or a frozen node, may find another took it
+        over). Costs a stat while the lease file is as this master last wrote
+        it: the inode alone would not do, a new lease file may reuse it."""
+        if self.taken_by is not None:
+            return False
+        try:
+            if _identity(self.path) == self._mine:
+                return True
+        except FileNotFoundError:
+            return True  # removed by hand: the renewer puts it back
+        held = _read(self.path) or {}
+        if held.get("token") == self.token:
+            return True  # touched by hand: the next renewal notes it
+        if held:
+            self.taken_by = held
+            return False
+        return True  # its creator is still writing it
+
+    def taken_over_message(self) -> str:
+        """What a master that lost the study says."""
+        held = self.taken_by or {}
+        job = f", SLURM job {held['slurm_job']}" if held.get("slurm_job") else ""
+        return (f"{self.path.parent}: another master took this study over (pid {held.get('pid', '?')} "
+                f"on {held.get('host', '?')}{job}) while this one was not renewing its lease (it was "
+                "stopped or frozen for longer than the lease lasts); this master stops without "
+                "writing anything more, and its trials stop.\n  fix: nothing to do here: the other "
+                "master runs the study; follow it with hpo status")
 
     def _create(self) -> bool:
         record = {"host": socket.gethostname(), "pid": os.getpid(),
@@ -97,6 +132,8 @@ class MasterLease:
             json.dump(record, f)
             f.flush()
             os.fsync(f.fileno())
+            stat = os.fstat(f.fileno())
+            self._mine = stat.st_ino, stat.st_mtime_ns
         return True
 
     def _stale(self, held: dict[str, Any]) -> bool:
@@ -128,12 +165,32 @@ class MasterLease:
 
     def _renew(self) -> None:
         while not self._stop.wait(self.beat_s):
+            if not self.still_held():
+                return  # never renew another master's lease
             try:
-                os.utime(self.path)
+                if not self._renew_once():
+                    return
             except FileNotFoundError:  # removed by hand: hold it again
                 self._create()
             except OSError:  # a file-system hiccup: the next beat retries
                 pass
+
+    def _renew_once(self) -> bool:
+        """Renew the lease file if it is still this master's: read, touched and
+        noted through one open file, so a takeover in between cannot be
+        mistaken for this master's own lease."""
+        with open(self.path, "rb") as f:
+            try:
+                held = json.loads(f.read())
+            except ValueError:
+                held = {}
+            if held.get("token") != self.token:
+                self.taken_by = held or None
+                return held == {}  # {}: a new holder still writing it; look again next beat
+            os.utime(f.fileno())
+            stat = os.fstat(f.fileno())
+            self._mine = stat.st_ino, stat.st_mtime_ns
+        return True
 
     def _busy_message(self, held: dict[str, Any]) -> str:
         job = f", SLURM job {held['slurm_job']}" if held.get("slurm_job") else ""
@@ -143,6 +200,11 @@ class MasterLease:
                 f"{held.get('host', '?')}{job}, since {since}); two would run its trials twice.\n"
                 f"  fix: wait for it to end, or stop it (kill -TERM {held.get('pid', 'PID')} on its host, "
                 f"or scancel); a master that died leaves {self.path} stale after {stale_s:g} s")
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_mtime_ns
 
 
 def _read(path: Path) -> dict[str, Any] | None:

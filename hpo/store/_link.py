@@ -19,7 +19,9 @@ store.
 
 from __future__ import annotations
 
+import errno
 import itertools
+import json
 import os
 import socket
 import sys
@@ -27,9 +29,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hpo.store._control import FRESH_S, ControlFile
+from hpo.store._files import MACHINE_FAULTS
+from hpo.store._lease import LEASE_FILE
 from hpo.store._protocol import (
     HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, encode, read_frame, split_relay,
 )
@@ -39,7 +44,7 @@ from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, be
 __all__ = ["TrialLink", "RelayConnection", "Ended", "RelayUnreachable"]
 
 _CONNECT_TIMEOUT_S = 10.0
-_ANSWER_TIMEOUT_S = 300.0  # a round is one write and one fsync; NFS under load can be slow
+_ANSWER_TIMEOUT_S = 60.0  # a round is one write and one fsync (slow on a loaded NFS); a stopped master: go around it
 _RETRY_CONNECT_S = 30.0  # after a failed connect, write directly for this long
 
 
@@ -220,10 +225,14 @@ class TrialLink:
     and its result does not count."""
 
     def __init__(self, storage: str, trial_id: int, control: str | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, master: str | None = None) -> None:
         self.url, self.address = split_relay(storage)
         self.trial_id = trial_id
         self.token = token or uuid.uuid4().hex  # a new attempt's, unless it goes on in another process
+        # The lease token of the master that made the task: a write around the
+        # relay checks it still holds the study (fencing).
+        self.master = master
+        self._lease = Path(control).with_name(LEASE_FILE) if control else None
         self.decision = Decision()
         self.direct = False  # whether the last request went around the relay
         self._control = ControlFile(control) if control else None
@@ -344,10 +353,20 @@ class TrialLink:
         return {"ok": True, "run": run, "reports": [], "segments": []}
 
     def _write_here(self, writes: list[Write]) -> None:
-        if writes:
+        if not writes:
+            return
+        if self.master is not None and self._lease is not None and not _holds(self._lease, self.master):
+            raise Halted("unavailable")  # another master took the study over: write nothing
+        try:
             if self._sink is None:
                 self._sink = _DirectSink(self.url)
             self._sink.write(writes)
+        except OSError as exc:
+            # The store's fault, not the trial's (a full disk, a journal
+            # deleted): the attempt stops, resumable.
+            if exc.errno in (*MACHINE_FAULTS, errno.ENOENT):
+                raise Halted("unavailable") from exc
+            raise
 
 
 class _DirectSink:
@@ -365,7 +384,7 @@ class _DirectSink:
             from hpo.store._journal import JournalFile
 
             self._storage = None
-            self._journal = JournalFile(url)
+            self._journal = JournalFile(url, create=False)
 
     def write(self, writes: list[Write]) -> None:
         if self._journal is not None:
@@ -377,6 +396,16 @@ class _DirectSink:
 
 
 _NO_DECISION = Decision()
+
+
+def _holds(lease: Path, master: str) -> bool:
+    """Whether the master named ``master`` still holds the study's lease
+    (an unreadable or absent lease says nothing against it)."""
+    try:
+        held = json.loads(lease.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(held, dict) or held.get("token") in (None, master)
 _told: set[str] = set()
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import secrets
 import selectors
 import socket
@@ -44,8 +45,10 @@ import optuna
 from optuna.storages.journal import BaseJournalBackend
 
 from hpo.store._control import ControlFile
-from hpo.store._files import process_alive
+from hpo.store._files import process_alive, unwritable
 from hpo.store._journal import JournalFile, encode_records, write_durably
+from hpo.store._lease import MasterLease
+from hpo.errors import StoreUnavailable
 from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
@@ -61,7 +64,10 @@ _IDLE_S = 0.05  # nothing arrived for this long: release the journal's lock
 _HOLD_S = 0.5  # hold the lock at most this long while busy...
 _YIELD_S = 0.005  # ...then leave it free this long for direct writers
 _FOREIGN_S = 0.1  # when idle, look for direct appends this often
-_MAX_PEERS = 4096  # connections kept at once (a node's file limit is often 1,024)
+_CHECK_S = 1.0  # when idle, look at the lease and the journal's identity this often
+_MAX_PEERS = 4096  # connections kept at once, at most (a node's file limit is often 1,024)
+_SPARE_FILES = 128  # files the master keeps for itself beside its connections
+_MAX_HELLO = 1024  # bytes a connection may send before it has said who it is
 _MAX_UNSENT = 64 << 20  # answers a peer does not read: past this, it is dropped
 _LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
 _HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
@@ -84,7 +90,7 @@ def relay_interface(local: bool) -> tuple[str, str | None]:
 class _Peer:
     sock: socket.socket
     since: float
-    inbox: Frames = field(default_factory=lambda: Frames(MAX_REQUEST))
+    inbox: Frames = field(default_factory=lambda: Frames(_MAX_HELLO))  # a stranger sends little
     unsent: bytearray = field(default_factory=bytearray)
     hello: bool = False
     blocked: bool = False  # its socket took less than was sent: wait until it can write
@@ -113,9 +119,11 @@ class StudyRelay:
 
     def __init__(self, url: str, study_name: str, *, pruning: Pruning | None = None,
                  control: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 advertised: str | None = None, epoch: int = 0) -> None:
+                 advertised: str | None = None, epoch: int = 0,
+                 lease: MasterLease | None = None) -> None:
         self.url, self.epoch = url, epoch
         self.pruning = pruning
+        self._lease = lease
         self._control = ControlFile(control) if control else None
         self._journal: JournalFile | None = None
         if "://" in url:
@@ -132,6 +140,7 @@ class StudyRelay:
             self.storage = optuna.storages.JournalStorage(self._feed)  # the one replay of the file
             self._end = self._feed.take_over()
             self._appender = _Appender(self._journal)
+            self._inode = os.stat(url).st_ino  # a journal deleted or replaced meanwhile is refused
         self._token = secrets.token_bytes(16)
         self._listener = socket.create_server((host, 0), backlog=1024)
         self._listener.setblocking(False)
@@ -148,9 +157,10 @@ class StudyRelay:
         self._later: deque[tuple[_Peer, dict[str, Any]]] = deque()  # answers made off this thread
         self._decider = ThreadPoolExecutor(1, "hpo-pruner") if pruning is not None and pruning.slow else None
         self._accepting = True
+        self._max_peers = _peer_cap()
         self._stopping = False
         self.broken: BaseException | None = None
-        self._looked = self._swept = 0.0
+        self._looked = self._swept = self._checked = 0.0
         self._thread = threading.Thread(target=self._serve, name="hpo-study-relay", daemon=True)
 
     # -- the master's side ----------------------------------------------------------
@@ -189,13 +199,18 @@ class StudyRelay:
 
     def append_local(self, records: list[dict[str, Any]]) -> None:
         """Append the master's own records in the next round; returns once
-        they are durable. OSError when the relay could not write them."""
+        they are durable. :class:`StoreUnavailable` when nothing can be
+        written any more; OSError when the relay stopped."""
+        if isinstance(self.broken, StoreUnavailable):
+            raise self.broken
         if self.broken is not None or not self._thread.is_alive():
             raise OSError(f"the study's relay is not running{_because(self.broken)}")
         local = _Local(records)
         self._locals.append(local)
         self._wake()
         local.done.wait()
+        if isinstance(local.error, StoreUnavailable):
+            raise local.error
         if local.error is not None:
             raise OSError(f"the study's store could not be written: {local.error}") from local.error
 
@@ -239,7 +254,7 @@ class StudyRelay:
             while not self._stopping:
                 self._turn()
             self._turn(final=True)
-        except BaseException as exc:  # a full disk, a bug: the master hears it at its next write
+        except BaseException as exc:  # a bug: the master hears it at its next write
             self.broken = exc
             print(f"hpo: the study's relay stopped: {type(exc).__name__}: {exc}", file=sys.stderr,
                   flush=True)
@@ -274,11 +289,27 @@ class StudyRelay:
         locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
         if requests or locals_:
             self._round(requests, locals_)
-        elif self._journal is not None:
-            self._appender.release()  # idle: let direct writers have the lock
-            if time.monotonic() - self._looked >= _FOREIGN_S:
-                self._take_foreign()
+        else:
+            self._idle()
         self._flush_all()
+
+    def _idle(self) -> None:
+        """Nothing to write: let direct writers have the lock, follow their
+        appends, and see whether the store is still this master's."""
+        now = time.monotonic()
+        if self.broken is None and now - self._checked >= _CHECK_S:
+            self._checked = now
+            try:
+                self._check_store()
+            except StoreUnavailable as exc:
+                self._break(exc)
+        if self._journal is not None and self.broken is None:
+            self._appender.release()
+            if now - self._looked >= _FOREIGN_S:
+                try:
+                    self._take_foreign()
+                except OSError as exc:
+                    self._break(self._unavailable(exc))
 
     # -- connections ----------------------------------------------------------------
 
@@ -291,7 +322,7 @@ class StudyRelay:
             except OSError:  # out of file descriptors: serve those already here
                 self._pause_accepting()
                 return
-            if len(self._selector.get_map()) - 2 >= _MAX_PEERS:
+            if len(self._selector.get_map()) - 2 >= self._max_peers:
                 sock.close()
                 self._pause_accepting()
                 return
@@ -350,6 +381,7 @@ class StudyRelay:
             self._drop(peer)  # not hpo's client, or another version: never let it write
             return False
         peer.hello = True
+        peer.inbox.limit = MAX_REQUEST
         self._send(peer, {"v": VERSION, "epoch": self.epoch})
         return True
 
@@ -417,8 +449,22 @@ class StudyRelay:
     def _round(self, requests: list[tuple[_Peer, dict[str, Any]]], locals_: list[_Local]) -> None:
         """Check each request, write the round in one go, then answer."""
         writing = locals_ or any(message.get("op") != "poll" for _, message in requests)
-        if self._journal is not None and writing and self._appender.hold():
-            self._take_foreign()  # appended by others while the lock was free
+        if writing and self.broken is None:
+            try:
+                self._check_store()
+            except StoreUnavailable as exc:
+                self._break(exc)
+        if self.broken is not None:  # nothing is written any more: every attempt stops
+            self._refuse_all(requests, locals_)
+            return
+        if self._journal is not None and writing:
+            try:
+                if self._appender.hold():
+                    self._take_foreign()  # appended by others while the lock was free
+            except OSError as exc:  # the journal cannot be opened for writing any more
+                self._break(self._unavailable(exc))
+                self._refuse_all(requests, locals_)
+                return
         records: list[dict[str, Any]] = []
         for local in locals_:
             for record in local.records:
@@ -443,20 +489,64 @@ class StudyRelay:
         self._flush_all()  # starts and refusals go before the write
         try:
             outcomes = self._commit(records, written)
-        except Exception as exc:
-            for local in locals_:
-                local.error = exc
-                local.done.set()
-            for peer, message, _ in written:
-                self._send(peer, _refusal(message, error=f"{type(exc).__name__}: {exc}"))
-            self._flush_all()
-            raise
+        except OSError as exc:  # a full disk, a journal made read-only: nothing more is written
+            self._break(self._unavailable(exc))
+            self._refuse_all([(peer, message) for peer, message, _ in written], locals_)
+            return
         for local in locals_:
             local.done.set()
         for (peer, message, writes), stored in zip(written, outcomes):
             if message["op"] != "start":  # answered already
                 self._answer(peer, message, stored)
         self._publish()
+
+    def verify(self) -> None:
+        """:class:`StoreUnavailable` unless the store is still this master's
+        to write (for the master to call before it acts on what it read)."""
+        if isinstance(self.broken, StoreUnavailable):
+            raise self.broken
+        self._check_store()
+
+    def _check_store(self) -> None:
+        """Fencing, and the journal's identity: a master that lost its lease,
+        or a journal deleted or replaced under it, writes nothing more."""
+        if self._lease is not None and not self._lease.still_held():
+            raise StoreUnavailable(self._lease.taken_over_message())
+        if self._journal is None:
+            return
+        path = self._journal.path
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode != self._inode:
+            what = "deleted" if inode is None else "replaced by another file"
+            raise StoreUnavailable(
+                f"{path}: the study's journal was {what} while the study ran; this master writes "
+                "nothing more (a journal begun anew would lose every result before it), and its "
+                "trials stop.\n  fix: restore the journal from a backup and run the same command "
+                "again; hpo run refuses a run directory whose journal is missing")
+
+    def _unavailable(self, exc: OSError) -> StoreUnavailable:
+        """What a failed write means, in the words a user acts on."""
+        path = self._journal.path if self._journal is not None else self.url
+        return unwritable(path, exc.errno, exc.strerror or str(exc))
+
+    def _break(self, exc: StoreUnavailable) -> None:
+        """From now on every request is refused and no write made; the master
+        stops at its next look (:attr:`broken`)."""
+        if self.broken is None:
+            self.broken = exc
+            if self._journal is not None:
+                self._appender.release()
+
+    def _refuse_all(self, requests: list[tuple[_Peer, dict[str, Any]]], locals_: list[_Local]) -> None:
+        for local in locals_:
+            local.error = self.broken
+            local.done.set()
+        for peer, message in requests:
+            self._send(peer, _refusal(message, halt="unavailable"))
+        self._flush_all()
 
     def _commit(self, records: list[dict[str, Any]],
                 written: list[tuple[_Peer, dict[str, Any], list[Write]]]) -> list[bool]:
@@ -623,6 +713,13 @@ def _refusal(message: dict[str, Any], halt: str | None = None, error: str | None
     else:
         answer["error"] = error
     return answer
+
+
+def _peer_cap() -> int:
+    """How many connections to keep: within this process's file limit, with
+    room left for the master's own files (the journal, a Dask client...)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(_MAX_PEERS, soft - _SPARE_FILES)) if soft > 0 else _MAX_PEERS
 
 
 def _because(exc: BaseException | None) -> str:

@@ -94,6 +94,23 @@ class RunDir:
         if storage and storage != existing["storage"]:
             raise UsageError(f"{self.path} uses storage {existing['storage']!r}, not {storage!r}.\n"
                              "  fix: drop --storage to resume, or use another run directory")
+        self._refuse_lost_journal(existing)
+
+    def _refuse_lost_journal(self, existing: dict[str, Any]) -> None:
+        """A study whose journal vanished while its trials' checkpoints stay
+        would start anew over them (trials "complete" without a report):
+        refused, with the fix."""
+        url = self._url(existing)
+        if "://" in url or (os.path.isfile(url) and os.path.getsize(url) > 0):
+            return
+        trials = self.path / "trials"
+        if not (trials.is_dir() and any(trials.iterdir())):
+            return  # the study never ran a trial: it may start
+        raise UsageError(
+            f"{self.path}: the study's journal {url} is missing (or empty), but the run directory "
+            "holds its trials' checkpoints (trials/): running again would start a new study over "
+            "them.\n  fix: restore the journal from a backup; or start over: move the run "
+            f"directory away (mv {self.path} {self.path}.old) or pass another --runs-dir")
 
     def _changed_message(self, name: str, key: str, before: Any, now: Any) -> str:
         shown = "" if key == "space" else f" ({_short(before)} there, {_short(now)} now)"

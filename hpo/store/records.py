@@ -178,6 +178,7 @@ class AttemptRecord(TypedDict, total=False):
     attempt: int
     host: str
     pid: int
+    in_master: bool  # it ran inside the master's process (the inline engine)
     started_at: float  # this attempt's start
     ended_at: float | None  # its end, or when it was last seen alive
     error: ErrorRecord | None
@@ -191,6 +192,7 @@ class RunRecord(TypedDict, total=False):
     token: str  # names the attempt (or segment): the relay refuses other attempts' requests
     host: str
     pid: int
+    in_master: bool  # it runs inside the master's process (the inline engine)
     attempt: int  # 1 for the first
     started_at: float  # the trial's first start
     attempt_started_at: float
@@ -457,6 +459,7 @@ def _brief(run: RunRecord) -> AttemptRecord:
     """What is kept of an attempt that ended: where, when, why, and its own cost."""
     earlier = run.get("previous", [])
     return {"attempt": run.get("attempt"), "host": run.get("host"), "pid": run.get("pid"),
+            "in_master": run.get("in_master", False),
             "started_at": run.get("attempt_started_at", run.get("started_at")),
             "ended_at": run.get("ended_at"), "error": run.get("error"),
             "core_seconds": run.get("core_seconds", 0.0) - sum(a.get("core_seconds", 0.0) for a in earlier),
