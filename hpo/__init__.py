@@ -12,7 +12,7 @@ report stored durably in an Optuna storage.
 """
 
 from hpo.api import run
-from hpo.errors import EngineError, SpaceError, UsageError
+from hpo.errors import EngineError, EngineLost, SpaceError, StoreUnavailable, UsageError
 from hpo.results import StudyResult, TrialRecord
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import TrialStatus
@@ -20,6 +20,7 @@ from hpo.trial import Trial, TrialState  # noqa: F401 - TrialStatus's former nam
 
 __all__ = [
     "run", "Trial", "TrialStatus", "StudyResult", "TrialRecord", "StudySpec",
-    "load_spec", "parse_spec", "UsageError", "SpaceError", "EngineError",
+    "load_spec", "parse_spec", "UsageError", "SpaceError", "EngineError", "EngineLost",
+    "StoreUnavailable",
 ]
 __version__ = "0.1.0"

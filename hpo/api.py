@@ -138,13 +138,13 @@ def run(
     try:
         chosen = _engine(engine, spec, scheduler, workers)
         say(f"starting the {chosen.name} engine")
-        with run_dir.lease(), chosen:  # one master per study; the engine reachable
+        with run_dir.lease() as lease, chosen:  # one master per study; the engine reachable
             say(f"{chosen.name} engine ready: {chosen.slots} trial slots; the first results "
                 "come as the first trials end")
             storage_url = run_dir.create(record, storage, allow_changes)
             controller = Controller(spec, run_dir, storage_url, chosen,
                                     objective=objective if callable(objective) else None,
-                                    sampler=sampler, pruner=pruner, progress=progress)
+                                    sampler=sampler, pruner=pruner, progress=progress, lease=lease)
             return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None

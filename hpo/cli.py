@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.errors import EngineLost, StopRequested, UsageError
+from hpo.errors import StoreUnavailable, EngineLost, StopRequested, UsageError
 from hpo.registry import ALGORITHMS, ENGINES
 from hpo.store import TrialStatus
 
@@ -53,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nhpo: {exc}.\n  Trials still running on workers finish by themselves; the others "
               "are resumed when the same command runs again once a scheduler is up.", file=sys.stderr)
         return 75  # EX_TEMPFAIL: try again later
+    except StoreUnavailable as exc:
+        print(f"\nhpo: {exc}", file=sys.stderr)
+        return 75
     except (KeyboardInterrupt, StopRequested) as exc:
         # The engine was shut down on the way out; the store has every result.
         if args.command == "run":

@@ -25,7 +25,7 @@ import optuna
 from hpo import lifecycle
 from hpo.allocation import Allocator, make_allocator
 from hpo.engines import Engine
-from hpo.errors import EngineLost, StopRequested
+from hpo.errors import EngineLost, StopRequested, StoreUnavailable
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
 from hpo.pruning import make_pruning
@@ -33,7 +33,7 @@ from hpo.results import StudyResult
 from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
 from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
-from hpo.store import RunDir, StudyRelay, StudyStore, context_of, relay_interface
+from hpo.store import MasterLease, RunDir, StudyRelay, StudyStore, context_of, relay_interface
 from hpo.store.records import TrialStatus, run_of, status_of
 from hpo.trial import Objective, TrialTask
 
@@ -57,6 +57,7 @@ class Controller:
     sampler: optuna.samplers.BaseSampler | None = None
     pruner: optuna.pruners.BasePruner | None = None
     progress: bool = True
+    lease: MasterLease | None = None  # this master's hold on the study: its relay fences writes by it
     _in_flight: dict[int, InFlight] = field(default_factory=dict, init=False)
     _allocator: Allocator | None = field(default=None, init=False)
     _store: StudyStore | None = field(default=None, init=False)
@@ -81,7 +82,7 @@ class Controller:
                                study_name=spec.name, metric=spec.metric.name, pruner=self.pruner)
         host, advertised = relay_interface(self.engine.local)
         with StudyRelay(self.storage_url, spec.name, pruning=pruning, control=self.run_dir.control_file,
-                        host=host, advertised=advertised) as relay:
+                        host=host, advertised=advertised, lease=self.lease) as relay:
             study = create_study(spec, relay.storage)
             if hasattr(pruning, "attach"):  # an Optuna pruner object reads the replica
                 pruning.attach(study)
@@ -97,7 +98,7 @@ class Controller:
         store = self._store = StudyStore.of(study)
         self.engine.follow(lambda task: lifecycle.task_over(store, task))
         lifecycle.await_live_trials(store, self.progress)
-        lifecycle.cancel_never_started(store)
+        lifecycle.fail_master_killers(store)
         if (store.stop() or {}).get("reason") == "target":
             return StudyResult.from_store(store, self.spec.metric.name)  # already done
         store.set_stop(None)
@@ -134,23 +135,31 @@ class Controller:
         maximize = store.maximize
         # Trials an earlier run left suspended or lost go on first, from their checkpoints.
         leftovers = {w.number: w for w in (waiting_of(t, maximize) for t in lifecycle.unfinished(store))}
+        # Then those it created and no worker started, as they are.
+        queued = {t.number: t for t in lifecycle.never_started(store)}
         waiting: dict[int, Waiting] = {}
         contender: list[float | None] = [None]  # as last published
+        looked = [time.monotonic()]  # when the running trials' heartbeats were last looked at
 
         def pending() -> int:
             return allocator.pending if allocator else 0
 
         def opened() -> int:
-            return tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + pending()
+            return (tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + len(queued)
+                    + pending())
 
         def may_open() -> bool:
             return (not stopping and not exhausted and opened() < self.spec.max_trials
                     and self._room_for_new(searcher, tally.counted, len(waiting), opened() - tally.counted))
 
         while True:
+            if self._relay.broken is not None:  # the store takes no more writes: stop here
+                raise _stopped(self._relay.broken)
             while not stopping and len(self._in_flight) + pending() < window:
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
+                elif queued and not stopping:
+                    self._start_queued(queued.pop(min(queued)))
                 elif may_open():
                     room = min(window - len(self._in_flight) - pending(), self.spec.max_trials - opened())
                     exhausted = not self._start_new(searcher, 1 if searcher.adaptive else room)
@@ -175,9 +184,15 @@ class Controller:
             ended = lifecycle.finished(self.engine, self._in_flight, _POLL_S)
             if ended:
                 self._relay.catch_up()  # ends written around the relay, by unreachable workers
-            for number in ended:
-                trial = lifecycle.collect(store, self.engine, self._in_flight[number])
-                del self._in_flight[number]
+            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked) if n not in ended]
+            if silent:  # a master that was itself stopped may have lost the study meanwhile
+                self._relay.verify()
+            for number in silent:
+                self.engine.abandon(self._in_flight[number].handle)
+            for number in [*ended, *silent]:
+                flight = self._in_flight.pop(number)
+                trial = (store.trial(flight.trial_id) if number in silent  # abandoned: nothing to gather
+                         else lifecycle.collect(store, self.engine, flight))
                 if allocator:
                     allocator.finished(number, trial)
                 state, value = status_of(trial), trial.values[0] if trial.values else None
@@ -185,6 +200,9 @@ class Controller:
                     waiting[number] = waiting_of(trial, maximize)
                     continue
                 if state is TrialStatus.RUNNING:  # its task ended without a result
+                    fault = lifecycle.machine_fault(trial)
+                    if fault is not None:  # a full disk: the next trials would meet it too
+                        raise fault
                     if lifecycle.resume_lost(store, trial, self.spec.retries.engine):
                         leftovers[number] = waiting_of(trial, maximize)
                         continue
@@ -198,9 +216,9 @@ class Controller:
             progress.update(*tally.line(len(self._in_flight)))
         if stopping:
             held = allocator.drain() if allocator else []
-            for candidate in held:
-                if not candidate.resume:  # created, never started: its configuration is not used up
-                    store.end_without_result(candidate.trial_id, "cancelled", "study stopped")
+            never = [c.trial_id for c in held if not c.resume] + [store.trial_id(t) for t in queued.values()]
+            for trial_id in never:  # created, never started: its configuration is not used up
+                store.end_without_result(trial_id, "cancelled", "study stopped")
             lifecycle.stop_suspended(store, [w.trial_id for w in [*waiting.values(), *leftovers.values()]]
                                      + [c.trial_id for c in held if c.resume], store.stop() or {})
         progress.close()
@@ -217,6 +235,14 @@ class Controller:
             for task, handle in zip(tasks, self.engine.submit_many(tasks)):
                 self._in_flight[task.number] = InFlight(task, handle)
         return bool(proposals)
+
+    def _start_queued(self, trial: optuna.trial.FrozenTrial) -> None:
+        """Start a trial an earlier run created and never started."""
+        trial_id = StudyStore.trial_id(trial)
+        if self._allocator:
+            self._allocator.propose(trial.number, trial_id, dict(trial.params))
+        else:
+            self._submit(self._task(trial.number, trial_id, dict(trial.params)))
 
     def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
         """Whether a new trial may take a slot now. New trials come first,
@@ -267,7 +293,8 @@ class Controller:
         context = None if new else context_of(self._store.trial(trial_id))
         return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
-                                   objective=self.objective, context=context, **allocation)
+                                   objective=self.objective, context=context,
+                                   master=self.lease.token if self.lease else None, **allocation)
 
     def _lookahead(self, parallel: int) -> int:
         """Trials an allocator holds ready beyond the running ones: enough to
@@ -326,3 +353,13 @@ class _Tally:
 
     def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:
         return self.counted, running, self.failed, self.best
+
+
+def _stopped(broken: BaseException) -> StoreUnavailable:
+    """Why the master stops when its relay does (a relay that failed for a
+    reason of its own is said so, not shown as a traceback)."""
+    if isinstance(broken, StoreUnavailable):
+        return broken
+    return StoreUnavailable(f"the study's relay stopped ({type(broken).__name__}: {broken}); nothing "
+                            "more is written.\n  fix: run the same command again: the trials cut "
+                            "short resume from their checkpoints (and report this as a bug)")

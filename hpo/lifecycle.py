@@ -17,6 +17,7 @@ trial whose task ended without a result (its worker lost, under COMPSs).
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from collections.abc import MutableMapping
@@ -26,15 +27,16 @@ from typing import Any
 import optuna
 
 from hpo.engines import Engine
-from hpo.errors import EngineLost
-from hpo.store import StudyStore
+from hpo.errors import EngineLost, StoreUnavailable
+from hpo.store import MACHINE_FAULTS, StudyStore, process_alive, unwritable
 from hpo.store.records import (
     TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
 )
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
 
 __all__ = [
-    "InFlight", "task_over", "await_live_trials", "cancel_never_started", "unfinished", "finished", "collect", "stop",
+    "InFlight", "task_over", "await_live_trials", "fail_master_killers", "MASTER_DEATHS",
+    "fallen_silent", "machine_fault", "never_started", "unfinished", "finished", "collect", "stop",
     "cancel_pending", "suspend_running", "stop_suspended", "resume_lost", "LOST_TASK_RETRIES",
 ]
 
@@ -66,8 +68,8 @@ def await_live_trials(store: StudyStore, progress: bool) -> None:
     stale_after = SILENT_HEARTBEATS * heartbeat_s()
     told = False
     while True:
-        running = [t for t in store.trials(_RUNNING)
-                   if status_of(t) is TrialStatus.RUNNING and not fell_silent(t)]
+        running = [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.RUNNING
+                   and not fell_silent(t) and not _gone_from_here(t)]
         if not running:
             return
         if progress and not told:
@@ -77,13 +79,44 @@ def await_live_trials(store: StudyStore, progress: bool) -> None:
         time.sleep(min(1.0, stale_after / 10))
 
 
-def cancel_never_started(store: StudyStore) -> None:
-    """Trials an earlier master created but no worker started are ended; their
-    configurations are proposed again. Started ones are resumed instead."""
+def _gone_from_here(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether the trial's attempt ran on this host in a process that is gone:
+    lost for certain, no heartbeat to wait out."""
+    run = run_of(trial)
+    return run.get("host") == socket.gethostname() and not process_alive(run.get("pid"))
+
+
+# The master may die inside a trial run in its own process this many times
+# before the trial is failed (an objective that ends the interpreter would
+# otherwise end every run of the study).
+MASTER_DEATHS = 2
+
+
+def fail_master_killers(store: StudyStore) -> None:
+    """Trials the master died inside (``--engine inline``): failed, with the
+    reason, once it happened ``MASTER_DEATHS`` times; else said, and resumed."""
     for trial in store.trials(_RUNNING):
-        if status_of(trial) is TrialStatus.PENDING:
-            store.end_without_result(store.trial_id(trial), "interrupted",
-                                     "never started by an earlier run")
+        run = run_of(trial)
+        if status_of(trial) is not TrialStatus.RUNNING or not run.get("in_master"):
+            continue
+        deaths = 1 + sum(1 for a in run.get("previous", [])
+                         if a.get("in_master") and (a.get("error") or {}).get("type") == "Lost")
+        if deaths >= MASTER_DEATHS:
+            store.fail(store.trial_id(trial), {"type": "EndedTheMaster", "message": (
+                f"the master's process ended while this trial ran inside it, {deaths} times "
+                "(--engine inline); its objective ends the interpreter (os._exit, a crash in "
+                "native code?). Run it with --engine dask, whose workers a trial cannot take down")})
+        else:  # a warning, quiet or not
+            print(f"hpo: trial {trial.number} was running inside the master when it ended "
+                  "(--engine inline); running it again: a second time fails it", file=sys.stderr)
+
+
+def never_started(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
+    """Trials an earlier master created but no worker started (a clean stop
+    hands them back; a master that died leaves them): the next master runs
+    them first, as they are, so a stop and resume adds no trial and counts
+    none as cancelled."""
+    return [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.PENDING]
 
 
 def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
@@ -110,13 +143,28 @@ def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
 
 
 
+def fallen_silent(store: StudyStore, flights: Flights, looked: list[float]) -> list[int]:
+    """In-flight trials whose attempt fell silent while the engine still
+    holds their task (a worker hung, stopped, or cut off, yet still
+    connected): to be given up (``Engine.abandon``) and resumed elsewhere at
+    once; the attempt, should it come back, is fenced off. Looked at once a
+    heartbeat."""
+    now = time.monotonic()
+    if now - looked[0] < heartbeat_s():
+        return []
+    looked[0] = now
+    return [number for number, flight in flights.items()
+            if status_of(trial := store.trial(flight.trial_id)) is TrialStatus.RUNNING
+            and fell_silent(trial)]
+
+
 def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
     """Gather a finished task; the trial as stored. A task the engine could not
     run to its end (a worker lost too often...) leaves its trial FAILED, unless
     the task gave the trial up first (cancelled): then it is resumed as lost."""
     try:
         engine.settle(flight.handle)
-    except EngineLost:
+    except (EngineLost, StoreUnavailable):
         raise  # not this trial's failure: the master leaves, the trial stays resumable
     except Exception as exc:
         trial = store.trial(flight.trial_id)
@@ -124,6 +172,17 @@ def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial
             return trial
         store.fail(flight.trial_id, {"type": "EngineError", "message": f"{type(exc).__name__}: {exc}"})
     return store.trial(flight.trial_id)
+
+
+def machine_fault(trial: optuna.trial.FrozenTrial) -> StoreUnavailable | None:
+    """Why to stop the study when a trial was given up because its file
+    system filled up or turned read-only (every next trial would meet it
+    too), or None."""
+    error = run_of(trial).get("error") or {}
+    if error.get("errno") not in MACHINE_FAULTS:
+        return None
+    return unwritable(error.get("filename") or ".", error["errno"],
+                      f"trial {trial.number}: {error.get('type')}: {error.get('message')}")
 
 
 # A task whose worker died runs again from its checkpoint this many times more
@@ -160,12 +219,16 @@ def stop(store: StudyStore, engine: Engine, flights: Flights, reason: dict[str, 
             del flights[number]
 
 
-def cancel_pending(store: StudyStore, engine: Engine, flights: Flights, why: str) -> None:
-    """Cancel the queued tasks of trials no worker has started."""
+def cancel_pending(store: StudyStore, engine: Engine, flights: Flights, why: str,
+                   hand_back: bool = False) -> None:
+    """Cancel the queued tasks of trials no worker has started: their trials
+    end CANCELLED, or, handed back (a clean stop to be resumed), stay
+    PENDING for the next run to start."""
     for number, flight in list(flights.items()):
         if status_of(store.trial(flight.trial_id)) is TrialStatus.PENDING:
             engine.cancel(flight.handle)
-            store.end_without_result(flight.trial_id, "cancelled", f"study stopped ({why})")
+            if not hand_back:
+                store.end_without_result(flight.trial_id, "cancelled", f"study stopped ({why})")
             del flights[number]
 
 
@@ -174,7 +237,7 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them."""
     store.set_stop({"reason": signal_name, "resume": True})
     grace = stop_grace_s()
-    cancel_pending(store, engine, flights, signal_name)
+    cancel_pending(store, engine, flights, signal_name, hand_back=True)
     if flights:
         print(f"\nhpo: {signal_name}: letting {len(flights)} running trials checkpoint "
               f"(up to {grace:g} s)", file=sys.stderr)

@@ -110,5 +110,12 @@ class Engine(abc.ABC):
     def cancel(self, handle: Handle) -> None:
         """Cancel a task that has not started yet (a running one is left to end)."""
 
+    def abandon(self, handle: Handle) -> None:
+        """Give up a running task whose trial fell silent (its worker hung or
+        was cut off, yet the engine still counts on it): the master runs the
+        trial again elsewhere, and the attempt, should it come back, is
+        fenced off by the store. By default, as :meth:`cancel`."""
+        self.cancel(handle)
+
     def shutdown(self) -> None:
         """Release what :meth:`start` acquired."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import math
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -58,6 +60,30 @@ class CompssEngine(Engine):
 
     name = "compss"
 
+    @staticmethod
+    def whole_gb(memory_gb: float | None) -> int:
+        """The ``memory_size`` COMPSs is told, in GB (0: no limit): rounded up.
+
+        The PyCOMPSs 3.3 binding keeps a constraint string that is neither
+        digits nor ``$VAR`` as ``int()`` of its value
+        (``pycompss/runtime/task/master.py``, ``inspect_constraints``): "1.5"
+        would reserve 1 GB and "0.5" none.
+
+        >>> CompssEngine.whole_gb(1.5), CompssEngine.whole_gb(0.5), CompssEngine.whole_gb(16)
+        (2, 1, 16)
+        """
+        return math.ceil(memory_gb) if memory_gb else 0
+
+    @staticmethod
+    def memory_warning(memory_gb: float | None) -> str | None:
+        """What the user is told when a trial's memory is not whole GB, or None."""
+        if not memory_gb or memory_gb == int(memory_gb):
+            return None
+        kept = CompssEngine.whole_gb(memory_gb)
+        return (f"hpo: warning: \"memory_gb\": {memory_gb:g}: COMPSs reserves whole GB (its Python "
+                f"binding cuts {memory_gb:g} to {int(memory_gb)}), so hpo asks for {kept} GB per "
+                f"trial.\n  fix: write \"memory_gb\": {kept} (or another whole number) to say so")
+
     @property
     def local(self) -> bool:
         """One node (a laptop, a one-node allocation) has its workers on it; a
@@ -72,6 +98,7 @@ class CompssEngine(Engine):
         self._cpus, self._gpus = cpus, gpus
         self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
+        self._warned: set[float] = set()  # memory values whose rounding was told
         self._tasks = self._api = None
         self._count = itertools.count()
         self._over_since: dict[_Submitted, float] = {}
@@ -95,7 +122,7 @@ class CompssEngine(Engine):
     def start(self) -> None:
         self._tasks = importlib.import_module("hpo.engines._compss_tasks")
         self._api = importlib.import_module("pycompss.api.api")
-        smallest = self._tasks.TaskShape.of(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
+        smallest = self._shape(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
         for priority in (False, True):  # other shapes are declared as their first trial comes
             self._tasks.trial_task(smallest, priority)
         if self._slots is None:
@@ -111,11 +138,20 @@ class CompssEngine(Engine):
     def submit(self, task: TrialTask, priority: bool = False) -> _Submitted:
         # A group per task (not per trial): a trial run in segments has several.
         group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
-        shape = self._tasks.TaskShape.of(task.cpus, int(task.gpus), task.memory_gb, task.time_limit_s,
-                                         task.nodes)
+        shape = self._shape(task.cpus, int(task.gpus), task.memory_gb, task.time_limit_s, task.nodes)
         with self._api.TaskGroup(group, implicit_barrier=False):
             future = self._tasks.trial_task(shape, priority)(task)
         return _Submitted(group, future, task)
+
+    def _shape(self, cpus: int, gpus: int, memory_gb: float | None, time_limit_s: float | None,
+               nodes: int = 1) -> Any:
+        """The task shape of these resources; a memory COMPSs cannot hold as
+        asked is told once per value (it is rounded up to whole GB)."""
+        warning = self.memory_warning(memory_gb)
+        if warning and memory_gb not in self._warned:
+            self._warned.add(memory_gb)
+            print(warning, file=sys.stderr, flush=True)
+        return self._tasks.TaskShape.of(cpus, gpus, memory_gb, time_limit_s, nodes)
 
     def wait(self, handles: Sequence[_Submitted], timeout: float) -> list[_Submitted]:
         deadline = time.monotonic() + timeout

@@ -17,6 +17,7 @@ when a worker dies (the future then holds None), and the wrapper never raises.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -24,6 +25,7 @@ from typing import Any, Callable
 from pycompss.api.constraint import constraint
 from pycompss.api.task import task
 
+from hpo.engines._compss import CompssEngine
 from hpo.trial import TrialOutcome, TrialStatus, TrialTask, run_trial
 
 __all__ = ["TaskShape", "trial_task"]
@@ -49,8 +51,9 @@ class TaskShape:
     @classmethod
     def of(cls, cpus: int, gpus: int = 0, memory_gb: float | None = None,
            time_limit_s: float | None = None, nodes: int = 1) -> "TaskShape":
-        """The shape of trials with these resources."""
-        memory_mb = round(memory_gb * 1024) if memory_gb else 0
+        """The shape of trials with these resources; memory in whole GB,
+        rounded up (:meth:`CompssEngine.whole_gb`: the binding cuts the rest)."""
+        memory_mb = CompssEngine.whole_gb(memory_gb) * 1024
         time_out = int(time_limit_s) + _TIME_OUT_GRACE_S if time_limit_s else 0
         return cls(int(cpus), int(gpus), memory_mb, time_out, int(nodes))
 
@@ -61,8 +64,9 @@ class TaskShape:
 
     def constraints(self) -> dict[str, Any]:
         """The @constraint keywords: literal ints and strings only (COMPSs rejects
-        floats). With GPUs, the CPUs go in ``processors`` alone: a top-level
-        ``computing_units`` as well would be added to them."""
+        floats), memory as a string of digits (whole GB), which the binding
+        keeps as it is. With GPUs, the CPUs go in ``processors`` alone: a
+        top-level ``computing_units`` as well would be added to them."""
         if self.gpus:
             declared: dict[str, Any] = {"processors": [
                 {"processorType": "CPU", "computingUnits": self.cpus},
@@ -71,7 +75,7 @@ class TaskShape:
         else:
             declared = {"computing_units": self.cpus}
         if self.memory_mb:
-            declared["memory_size"] = f"{self.memory_mb / 1024:g}"  # GB, as a string
+            declared["memory_size"] = str(math.ceil(self.memory_mb / 1024))  # whole GB
         return declared
 
 

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import queue
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -269,6 +270,28 @@ class DaskEngine(Engine):
         handle.cancel()
         self._release_nodes(handle.key)
 
+    def abandon(self, handle) -> None:
+        """The worker running the task is taken out of the cluster: Dask
+        would keep counting on a hung worker that keeps its connection until
+        its own timeout (minutes), and send it the trial again."""
+        def hung_worker(dask_scheduler, key: str = handle.key) -> str | None:
+            task = dask_scheduler.tasks.get(key)
+            worker = task.processing_on if task is not None else None
+            return worker.address if worker is not None else None
+
+        async def remove(dask_scheduler, address: str) -> None:
+            await dask_scheduler.remove_worker(address=address, stimulus_id="hpo-trial-fell-silent",
+                                               close=False)
+
+        try:
+            address = self.client.run_on_scheduler(hung_worker)
+            if address is not None:
+                print(f"hpo: Dask worker {address} stopped answering for its trial; it is taken out "
+                      "of the cluster, and the trial runs again elsewhere", file=sys.stderr, flush=True)
+                self.client.run_on_scheduler(remove, address=address)
+        finally:
+            self.cancel(handle)
+
     def _release_nodes(self, key: str) -> None:
         """Let a multi-node trial's other nodes go."""
         holders = self._holders.pop(key, None)
@@ -283,6 +306,13 @@ class DaskEngine(Engine):
         if self.client is not None:
             if self.client.status != "running":  # lost its scheduler: closing logs a traceback
                 logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
+            elif self._cluster is not None:
+                # Our own workers are closed next: a heartbeat caught by the
+                # scheduler's closing would print a traceback under hpo's message.
+                try:
+                    self.client.run(_quiet_distributed)
+                except Exception:  # a worker already gone: nothing to quiet
+                    pass
             self.client.close()
         if self._cluster is not None:
             # Our own workers, idle now: a nanny that ends one slow to exit (TensorFlow's
@@ -290,6 +320,10 @@ class DaskEngine(Engine):
             logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
+
+
+def _quiet_distributed() -> None:
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def _how_many(resources: dict[str, float], nthreads: int, wanted: dict[str, float]) -> int:
@@ -304,7 +338,7 @@ def hold_node(task: TrialTask, key: str) -> None:
     trial is over, or the trial has ended in the store (a master lost)."""
     from distributed import Event
 
-    event, link = Event(key), TrialLink(task.storage, task.trial_id, task.control)
+    event, link = Event(key), TrialLink(task.storage, task.trial_id, task.control, master=task.master)
     while not event.wait(timeout=_HOLD_CHECK_S):
         if not link.unfinished():
             return

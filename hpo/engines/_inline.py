@@ -7,6 +7,7 @@ import itertools
 import threading
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
 
 from hpo.engines._base import Engine
 from hpo.machine import refuse_beyond_this_machine
@@ -54,6 +55,7 @@ class InlineEngine(Engine):
         return 1
 
     def submit(self, task: TrialTask, priority: bool = False) -> Future:
+        task = replace(task, in_master=True)  # an objective that ends the process ends the master
         future: Future = Future()
         with self._ready:
             heapq.heappush(self._queue, (0 if priority else 1, next(self._order), task, future))
