@@ -21,9 +21,11 @@ from hpo.store import Halted, TrialContext, TrialLink
 from hpo.store.records import TrialStatus
 from hpo.trial._cpus import CpuBinding, bind_cpus
 from hpo.trial._handle import Trial, _StoreSide
+from hpo.trial._local_stop import tracked_children
 from hpo.trial._log import LOG_NAME, trial_log
 from hpo.trial._objective import resolve_objective
 from hpo.trial._quantum import QuantumClock
+from hpo.trial._reaper import reaping
 from hpo.trial._task import TrialTask, assigned_gpus
 
 __all__ = ["AttemptResult", "TaskInterrupted", "runtime_interruptions", "run_here", "trial_for",
@@ -72,7 +74,7 @@ def trial_for(task: TrialTask, token: str, context: TrialContext) -> Trial:
     """The :class:`Trial` the objective of ``task`` gets in the attempt named
     ``token``: its reports go to the store, its decisions come back with them,
     and it holds the reports of the trial's earlier segments and attempts."""
-    link = TrialLink(task.storage, task.trial_id, task.control, token=token)
+    link = TrialLink(task.storage, task.trial_id, task.control, token=token, master=task.master)
     clock = _clock(task, context["reports"], context["segments"]) if task.quantum else None
     side = _StoreSide(link, task.metric, task.early_stopping, task.direction, clock,
                       resizable=task.resizable)
@@ -95,7 +97,8 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
     with trial_log(task.checkpoint_dir, header) as log:
         try:
             objective = resolve_objective(task.objective)  # imports TensorFlow, if it uses it
-            with bind_cpus(task.cpus) as binding:
+            with bind_cpus(task.cpus) as binding, \
+                    reaping(spared=tracked_children(), own_process=not task.in_master):
                 result.binding = _binding_record(binding)
                 result.returned = objective(dict(task.config), trial)
         except runtime_interruptions() as exc:
@@ -105,6 +108,9 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
                 "type": type(exc).__name__, "message": str(exc),
                 "traceback": traceback.format_exc(),
             }
+            if isinstance(exc, OSError) and exc.errno is not None:
+                # A full disk is the machine's fault, not the trial's (hpo.trial._run).
+                result.error.update(errno=exc.errno, filename=str(exc.filename or task.checkpoint_dir))
             log.write(result.error["traceback"])
     result.stop_reason = trial.stop_reason
     if task.profile_batches:

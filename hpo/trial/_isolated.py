@@ -22,6 +22,7 @@ from hpo.store import TrialContext
 from hpo.trial._attempt import AttemptResult, TaskInterrupted, runtime_interruptions
 from hpo.trial._cpus import thread_environment
 from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
+from hpo.trial._reaper import descendants, end_processes
 from hpo.trial._task import TrialTask, device_environment
 
 __all__ = ["run_isolated"]
@@ -87,6 +88,9 @@ def _end_group(child: subprocess.Popen, grace_s: float) -> None:
             child.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
+    # What it started, in its group or not (a setsid'd process is adopted by
+    # the trial's process, a subreaper), ends with it.
+    end_processes(descendants(child.pid))
     _signal_group(child.pid, signal.SIGKILL)
     child.wait()
 

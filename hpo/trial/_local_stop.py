@@ -14,7 +14,7 @@ import signal
 import threading
 
 __all__ = ["stop_grace_s", "request_suspend", "suspend_requested", "track_child",
-           "untrack_child", "exit_after_grace"]
+           "untrack_child", "tracked_children", "exit_after_grace"]
 
 _reason: str | None = None
 _children: set[int] = set()  # process groups of the isolated trials started here
@@ -53,6 +53,12 @@ def track_child(group: int) -> None:
 def untrack_child(group: int) -> None:
     with _lock:
         _children.discard(group)
+
+
+def tracked_children() -> set[int]:
+    """The isolated trial processes started here and still running."""
+    with _lock:
+        return set(_children)
 
 
 def exit_after_grace(code: int = 143) -> threading.Thread:

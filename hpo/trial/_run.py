@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hpo.store import Halted, TrialContext, TrialLink
+from hpo.store import MACHINE_FAULTS, Halted, TrialContext, TrialLink
 from hpo.store.records import (
     RUN_ATTR, RunRecord, TrialStatus, end_run, event_key, event_record, segment_key,
     segment_record, start_run,
@@ -40,7 +40,7 @@ __all__ = ["run_trial", "open_trial"]
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial, or one segment of it, and record it durably; the
     module-level task of every engine."""
-    link = TrialLink(task.storage, task.trial_id, task.control)
+    link = TrialLink(task.storage, task.trial_id, task.control, master=task.master)
     try:
         started = link.start(where(task), time.time(), gpu_total(task), task.context)
     except Halted as halted:
@@ -59,7 +59,7 @@ def run_trial(task: TrialTask) -> TrialOutcome:
 def open_trial(task: TrialTask) -> Trial:
     """Start an attempt of ``task`` and return the store-backed :class:`Trial`
     its objective would get (a tool's or a benchmark's way in)."""
-    link = TrialLink(task.storage, task.trial_id, task.control)
+    link = TrialLink(task.storage, task.trial_id, task.control, master=task.master)
     started = link.start(where(task), time.time(), gpu_total(task), task.context)
     return trial_for(task, link.token, _caught_up(task.context, started))
 
@@ -78,6 +78,13 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
             return TrialOutcome(task.number, TrialStatus.RUNNING)
         if result.halted is not None:
             return _halted(task, result.halted)
+        if (result.error or {}).get("errno") in MACHINE_FAULTS:
+            # The disk filled up under the objective: not the trial's failure.
+            # It is given up, to resume from its checkpoint on the next run.
+            _give_up(link, task, _end_record(run, result, task, suspended=False),
+                     f"{result.error['type']}: {result.error['message']} (the machine's fault: "
+                     "resumed from its checkpoint)")
+            return TrialOutcome(task.number, TrialStatus.RUNNING)
         state, value = classify(result, task.metric, task.objectives)
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break

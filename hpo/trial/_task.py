@@ -78,6 +78,12 @@ class TrialTask:
     # What the master knows of the stored trial: its run record, heartbeat,
     # reports and segments (the trial's process never reads the store).
     context: TrialContext = field(default_factory=lambda: context_of(None))
+    # The lease token of the master that made it: a write around the relay
+    # checks the study is still that master's.
+    master: str | None = None
+    # It runs inside the master's process (the inline engine): a trial that
+    # ends that process twice is failed, not run a third time.
+    in_master: bool = False
 
     @classmethod
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
@@ -85,7 +91,7 @@ class TrialTask:
                   after_segment: int = -1, objective: str | Objective | None = None,
                   shape: "TrialShape | None" = None, placement: "Placement | None" = None,
                   profile_batches: int = 0, resizable: bool = False,
-                  context: TrialContext | None = None) -> "TrialTask":
+                  context: TrialContext | None = None, master: str | None = None) -> "TrialTask":
         """The task of trial ``number`` of the study ``spec`` (``objective``
         replaces the space's when given), of ``shape`` (default: the one its
         configuration asks for), on ``placement`` when the master chose it;
@@ -109,7 +115,7 @@ class TrialTask:
             direction=spec.metric.direction, quantum=quantum,
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=shape.time_limit_s is not None or shape.gpus > 0,
-            control=str(run_dir.control_file), context=context or context_of(None),
+            control=str(run_dir.control_file), context=context or context_of(None), master=master,
         )
 
 
@@ -126,6 +132,8 @@ def where(task: TrialTask) -> dict[str, Any]:
     """Where an attempt of ``task`` runs, as its run record keeps it."""
     place = {"host": socket.gethostname(), "pid": os.getpid(), "cpus": task.cpus,
              "gpus": assigned_gpus(task), "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
+    if task.in_master:
+        place["in_master"] = True
     if task.gpus or task.nodes > 1:  # its shape, as the dashboard shows it
         place.update(gpu_count=task.gpus, nodes=task.nodes, hosts=list(task.hosts) or None,
                      gpu_share=task.gpu_share, device_speed=task.device_speed)
