@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -16,12 +19,12 @@ from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
-from hpo.launchers.records import JOBS_FILE, append_job, read_ending, read_jobs
+from hpo.launchers.records import JOBS_FILE, append_job, earlier_endings, read_ending, read_jobs
 from hpo.launchers.request import SIGNAL_SLACK_S, BatchRequest
 from hpo.launchers.site import Site, check_scratch, load_site
-from hpo.launchers.slurm import JobStatus, SlurmProvider, require
+from hpo.launchers.slurm import JobStatus, SlurmProvider, SubmitError, require
 from hpo.launchers.states import JobState
-from hpo.launchers.tracking import check_free, job_statuses
+from hpo.launchers.tracking import ACTIVE, check_free, job_statuses
 
 __all__ = ["add_commands", "status_lines"]
 
@@ -80,7 +83,8 @@ def _allocation_options(p) -> None:
                    help="print the batch script (dask) or the enqueue_compss command, submit "
                         "and write nothing")
     p.add_argument("--python", default=sys.executable, metavar="PATH",
-                   help="the Python of the project's environment on the nodes; compss: "
+                   help="the Python of the project's environment on the nodes, checked at "
+                        "submission (it must run and import hpo); compss: "
                         "--python_interpreter (default: this one, %(default)s)")
 
 
@@ -148,6 +152,9 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     request = replace(request, nodes=_nodes_for(spec, args.engine, args.nodes))
     pythonpath = job_pythonpath(space)
     check_objective(spec, pythonpath)
+    # enqueue_compss also puts the project on the job's path (--pythonpath).
+    project = [str(_project_root())] if args.engine == "compss" else []
+    check_python(args.python, [*project, *pythonpath], (*site.setup, *(args.setup or ())))
     run_dir = (Path(args.runs_dir) / spec.name).resolve()
     _check_run_dir(run_dir, spec, args.storage)
     if not args.dry_run:
@@ -157,9 +164,25 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(warning, file=sys.stderr)
     resubmit = resubmit_line(args, parser, site)
     job = _job(args, spec, space.resolve(), run_dir, request, site, pythonpath, resubmit)
-    if args.engine == "compss":
-        return _submit_compss(job, args.dry_run, resubmit)
-    return _submit_dask(job, args.dry_run, args.after)
+    try:
+        if args.engine == "compss":
+            return _submit_compss(job, args.dry_run, resubmit)
+        return _submit_dask(job, args.dry_run, args.after)
+    except SubmitError as exc:
+        raise exc.with_note(_from_profile(args, site)) from None
+
+
+def _from_profile(args: argparse.Namespace, site: Site) -> str:
+    """Which values sent were the site profile's, not the command line's: a
+    refused partition may be the profile's, and the fix is then an option."""
+    taken = [f"--{key} {getattr(site, key)}" for key in ("partition", "qos", "account")
+             if getattr(args, key) is None and getattr(site, key) is not None]
+    if not taken:
+        return ""
+    first = taken[0].split()[0]
+    return (f"{', '.join(taken)}: from the site profile {site.source}, not the command line; "
+            f"override with {first} NAME (the command line wins), fix the profile, or use "
+            "--site none")
 
 
 def job_pythonpath(space: Path) -> list[str]:
@@ -182,6 +205,50 @@ def _nodes_for(spec, engine: str, asked: int | None) -> int:
             + (" (the COMPSs master's node runs none)" if engine == "compss" and widest > 1 else "")
             + f".\n  fix: --nodes {needed} or more, or drop --nodes")
     return asked
+
+
+def check_python(python: str, pythonpath: Sequence[str], setup: Sequence[str] = ()) -> None:
+    """Refuse a ``--python`` that cannot run the job: missing, not executable,
+    or without hpo (with the job's PYTHONPATH; if the plain interpreter fails,
+    again after the set-up lines, which a module's Python may need). A job
+    with such a Python would fail at once, before the study could say why."""
+    # Not resolved: a virtual environment's python is a link to the system's, without hpo.
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        return  # this very interpreter runs hpo
+    fix = ("  fix: pass the Python of the project's environment (the one hpo is installed in, "
+           "e.g. --python /path/to/venv/bin/python), or leave --python out to use this one "
+           f"({sys.executable})")
+    if "/" not in python:  # a name: the job finds it on PATH, as this does
+        python = shutil.which(python) or python
+    if not Path(python).is_file():
+        raise UsageError(f"--python {python}: no such file.\n{fix}")
+    if not os.access(python, os.X_OK):
+        raise UsageError(f"--python {python}: not executable.\n{fix}")
+    said = _imports_hpo(python, pythonpath, ())
+    if said and setup:  # run on this machine only when needed: they may have side effects
+        said = _imports_hpo(python, pythonpath, setup)
+    if said:
+        raise UsageError(
+            f"--python {python} cannot import hpo (with the job's PYTHONPATH, and after the "
+            f"set-up lines if any): {said}\n  fix: install hpo into that environment "
+            f"({python} -m pip install -e {_project_root()}), or pass the Python that has it "
+            f"(this one: {sys.executable})")
+
+
+def _imports_hpo(python: str, pythonpath: Sequence[str], setup: Sequence[str]) -> str | None:
+    """None when ``python`` imports hpo after ``setup``; else the last line it said."""
+    env = {**os.environ, "PYTHONPATH": ":".join(
+        [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    script = "\n".join(["set +u", *setup, 'exec "$0" -c "import hpo"'])
+    try:
+        done = subprocess.run(["bash", "-c", script, python], env=env, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return "it did not answer in 120 s"
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit status {done.returncode}"
 
 
 def check_objective(spec, pythonpath: Sequence[str]) -> None:
@@ -349,13 +416,36 @@ def _jobs(args: argparse.Namespace) -> int:
     summary = progress(run_dir)
     if args.json:
         jobs = [{**r, **{k: v for k, v in states[r["job_id"]].to_dict().items() if v is not None},
-                 "ended": read_ending(run_dir, r["job_id"])} for r in records]
+                 "ended": read_ending(run_dir, r["job_id"]),
+                 "earlier_runs": earlier_endings(run_dir, r["job_id"])} for r in records]
         print(json.dumps({"jobs": jobs, "study": summary}, indent=2))
         return 0
     for line in _job_lines(run_dir, records, states):
         print(line)
     print(_progress_line(summary))
+    if summary is None:
+        for line in _output_tail(records[-1], states[records[-1]["job_id"]]):
+            print(line)
     return 0
+
+
+_TAIL_LINES = 15
+
+
+def _output_tail(record: dict[str, Any], s: JobStatus) -> list[str]:
+    """The end of a job's output when it ended before its study started: a
+    bad interpreter, a failed set-up line, a missing module say why there."""
+    path = s.stdout or record.get("stdout")
+    if not s.state.finished or not path:
+        return []
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()[-_TAIL_LINES:]
+    except OSError as exc:
+        return [f"job {s.job_id} ended before the study started; its output {path} cannot be "
+                f"read here ({exc.strerror or exc})"]
+    how = f"{s.state.value} {s.exit_code}" if s.exit_code else s.state.value
+    return [f"job {s.job_id} ended ({how}) before the study started; the end of its output "
+            f"({path}):", *(f"  | {line}" for line in lines)]
 
 
 def status_lines(run_dir: Path) -> list[str]:
@@ -381,7 +471,7 @@ def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, J
         lines.append(f"{r['job_id']:<10} {r['engine']:<7} {s.state.value:<10} {s.slurm_state:<12} "
                      f"{s.exit_code or '-':<6} {s.run_time or '-':<10} {s.stdout or r.get('stdout') or '-'}")
         notes = _notes(s, read_ending(run_dir, r["job_id"]))
-        if r.get("resubmit") and any("again" in note for note in notes):
+        if r.get("resubmit") and s.state not in ACTIVE and any("again" in n for n in notes):
             notes.append(f"resume: {r['resubmit']}")
         lines += [f"{'':<10} {note}" for note in notes]
     return lines
@@ -389,15 +479,26 @@ def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, J
 
 def _notes(s: JobStatus, ending: dict[str, Any] | None) -> list[str]:
     """What a job's state, and the ending its study recorded, mean for the study."""
-    said = explain(ending) if ending is not None else _unrecorded(s)
-    if said and ending is not None and ending.get("signal"):
-        said += "; submit the same command again to resume"
+    if s.state in ACTIVE and ending is not None:
+        said = _requeued(s, ending)  # the record is its earlier run's
+    else:
+        said = explain(ending) if ending is not None else _unrecorded(s)
+        if said and ending is not None and ending.get("signal"):
+            said += "; submit the same command again to resume"
     notes = [said]
     if s.state is JobState.PENDING and s.reason:
         notes.append(f"waiting: {s.reason}")
-    elif s.reason and (s.state in (JobState.UNKNOWN, JobState.MISSING) or "last seen" in s.reason):
+    elif s.reason and (s.state is JobState.UNKNOWN or "no longer known to SLURM" in s.reason):
         notes.append(f"SLURM: {s.reason}")
     return [n for n in notes if n]
+
+
+def _requeued(s: JobStatus, ending: dict[str, Any]) -> str:
+    """A job that ended and is queued or running again: SLURM requeued it, and
+    it runs the study again itself; resubmitting would make two."""
+    earlier = explain(ending) or "the study ended (exit 0)"
+    return (f"requeued by SLURM (restarts: {s.restarts or '?'}): it runs the study again when it "
+            f"starts, nothing to resubmit; its earlier run: {earlier}")
 
 
 def _unrecorded(s: JobStatus) -> str | None:

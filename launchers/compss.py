@@ -6,6 +6,12 @@ wall-clock budget instead (``hpo run --timeout-s``, walltime minus
 ``stop_before``), stops starting trials when it runs out, and ends cleanly;
 the same submission again resumes it.
 
+What the site profile (``--sc_cfg``) would otherwise decide is passed
+explicitly where it changes the study: the master node's share of the trials
+(``--worker_in_master_cpus``: 22 of the 40 profiles of COMPSs 3.3, mn.cfg
+among them, give it CPUs, and with them all the node's GPUs), so that the
+slots hpo computes are the ones COMPSs has.
+
 By default enqueue_compss gives the runtime a wall-clock limit one minute
 before the walltime; there the master raises wherever it is and every task is
 cancelled a second later, which with short walltimes comes before the
@@ -20,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpo.engines import trials_per_node
+from hpo.engines import CompssEngine, trials_per_node
 from hpo.errors import UsageError
 from hpo.launchers.request import BatchRequest
 from hpo.space import StudySpec
@@ -54,7 +60,9 @@ class CompssJob:
         COMPSs otherwise runs the ``python3`` on PATH, on the master and the workers.
     setup:
         Shell lines of the site (``module load ...``), written to a script
-        that COMPSs sources before it runs the application (``--env_script``).
+        that the job sources before COMPSs starts any Python
+        (``--pre_env_script``) and each worker sources as it starts
+        (``--env_script``).
     scratch:
         The workers' working directory (``--worker_working_dir``): COMPSs's
         keyword for node-local disk (``local_disk``; ``scratch`` before 3.0)
@@ -93,7 +101,8 @@ class CompssJob:
 
     def env_script_text(self) -> str:
         return "\n".join(["# The site's set-up for hpo's COMPSs study (hpo submit --setup, the site",
-                          "# profile); enqueue_compss --env_script sources it.", *self.setup, ""])
+                          "# profile); sourced by the job before COMPSs starts (--pre_env_script)",
+                          "# and by each worker (--env_script).", *self.setup, ""])
 
     @property
     def budget_s(self) -> float:
@@ -112,17 +121,28 @@ class CompssJob:
         return self.request.time_min * 60 - self.request.stop_before // 2
 
     @property
-    def worker_nodes(self) -> int:
-        """Nodes that run trials: the master's node runs none unless it is the only one."""
-        return self.request.nodes if self.request.nodes == 1 else self.request.nodes - 1
+    def master_cpus(self) -> int:
+        """The master node's CPUs that run trials (``--worker_in_master_cpus``):
+        as given with ``--extra``, else all of them on one node (or nothing
+        would run), else none."""
+        given = _extra_int(self.request.extra, "--worker_in_master_cpus")
+        if given is not None:
+            return given
+        return (self.request.cpus_per_node or 0) if self.request.nodes == 1 else 0
 
     @property
     def slots(self) -> int | None:
-        """Trials the allocation runs at once (None: unknown here, the runtime decides)."""
+        """Trials the allocation runs at once (None: unknown here, the runtime
+        decides): the other nodes' and the master's share, a multi-node
+        trial taking a place on each of its nodes."""
         r, (res, _) = self.request, self.spec.shape_bounds
         if r.cpus_per_node is None:
             return None
-        return self.worker_nodes * trials_per_node(res.cpus, int(res.gpus), r.cpus_per_node, r.gpus_per_node)
+        cpus, gpus = res.cpus, int(res.gpus)
+        places = [trials_per_node(cpus, gpus, r.cpus_per_node, r.gpus_per_node)] * (r.nodes - 1)
+        if self.master_cpus >= cpus:  # COMPSs gives that worker all the node's GPUs
+            places.append(trials_per_node(cpus, gpus, self.master_cpus, r.gpus_per_node))
+        return max(1, concurrent_trials(places, res.nodes))
 
     def check(self) -> None:
         r, res = self.request, self.spec.shape_bounds[1]
@@ -157,6 +177,8 @@ class CompssJob:
         """The full ``enqueue_compss`` command."""
         self.check()
         r = self.request
+        asked_master = _extra_int(r.extra, "--worker_in_master_cpus") is not None
+        master_memory = r.mem_per_node_gb * 1024 if self.master_cpus and r.mem_per_node_gb else None
         flags = {
             "num_nodes": r.nodes,
             "exec_time": r.time_min,
@@ -166,13 +188,16 @@ class CompssJob:
             "queue": r.partition,
             "qos": r.qos,
             "project_name": r.account,
-            # With one node COMPSs would otherwise run no task at all (default 0).
-            "worker_in_master_cpus": r.cpus_per_node if r.nodes == 1 else None,
-            "worker_in_master_memory": r.mem_per_node_gb * 1024 if r.nodes == 1 and r.mem_per_node_gb else None,
+            # Always explicit: the profile's default may give the master node
+            # trials (mn.cfg: 24 CPUs) that the slots would not count.
+            "worker_in_master_cpus": None if asked_master else self.master_cpus,
+            "worker_in_master_memory": None if asked_master else master_memory,
             "worker_working_dir": self.scratch or str(self.worker_dir),
             "log_dir": str(self.log_dir),
             "pythonpath": ":".join(self.pythonpath) or None,
             "python_interpreter": self.python,
+            # The master's Python starts after the first, the workers' after the second.
+            "pre_env_script": self.env_script,
             "env_script": self.env_script,
             "sc_cfg": self.sc_cfg,
             "job_dependency": self.dependency,
@@ -189,9 +214,46 @@ class CompssJob:
         return argv
 
     def warnings(self) -> list[str]:
-        """What the site profile may silently drop."""
-        dropped = [(self.request.qos, "--qos", "DISABLE_QARG_QOS=true"),
-                   (self.request.account, "--account (--project_name)", "ENABLE_PROJECT_NAME=false")]
-        return [f"hpo: the COMPSs profile {self.sc_cfg!r} drops {flag} without a word if it sets "
-                f"{setting}; check the job's directives with 'scontrol show job ID' (hpo jobs "
-                "prints the id)" for value, flag, setting in dropped if value]
+        """What the site profile may silently drop, and what COMPSs rounds."""
+        r, said = self.request, []
+        if r.qos:
+            said.append(f"hpo: warning: the COMPSs profile {self.sc_cfg!r} drops --qos without a "
+                        f"word if it sets DISABLE_QARG_QOS=true; {_check('qos', r.qos)}")
+        if r.account:
+            said.append(f"hpo: warning: COMPSs drops --account (--project_name) without a word "
+                        f"unless the profile {self.sc_cfg!r} sets ENABLE_PROJECT_NAME=true (most "
+                        f"do not); {_check('account', r.account)}")
+        memory = {m for m in (s.memory_gb for s in self.spec.shape_bounds) if m}
+        said += [w for w in map(CompssEngine.memory_warning, sorted(memory)) if w]
+        return said
+
+
+def _check(option: str, value: str) -> str:
+    return (f"check the job with 'scontrol show job ID' (hpo jobs prints the id); to send it "
+            f"whatever the profile: --extra=--extra_submit_flag=--{option}={value}")
+
+
+def concurrent_trials(places: Sequence[int], nodes_per_trial: int) -> int:
+    """How many trials of ``nodes_per_trial`` distinct nodes run at once on
+    nodes holding ``places`` trials each: the most t with t * n <= sum of
+    min(place, t) (a trial takes a place on each of its nodes).
+
+    >>> concurrent_trials([1, 1, 1], 3), concurrent_trials([12] * 3, 3), concurrent_trials([2] * 5, 3)
+    (1, 12, 3)
+    """
+    t = 0
+    while (t + 1) * nodes_per_trial <= sum(min(p, t + 1) for p in places):
+        t += 1
+    return t
+
+
+def _extra_int(extra: Sequence[str], flag: str) -> int | None:
+    """The whole number given to enqueue_compss as ``flag=N`` through --extra, or None."""
+    for option in extra:
+        name, _, value = option.partition("=")
+        if name == flag:
+            if not value.isdigit():
+                raise UsageError(f"--extra={option}: {flag} takes a whole number of CPUs.\n"
+                                 f"  fix: e.g. --extra={flag}=8")
+            return int(value)
+    return None

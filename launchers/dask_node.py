@@ -2,6 +2,13 @@
 wait for all workers, the job's TLS identity, its stop grace, and the record
 of how the study ended.
 
+``... begin ...`` readies the job's folder for this run: SLURM may requeue a
+job (a node failure, ``scontrol requeue``), which then runs this script again
+under the same id, its earlier run dead. That run's record of its end is
+kept aside, its scheduler file (a dead address) removed, and the study's
+lease, if that run still holds it, released: otherwise the new run would
+wait on a dead scheduler or be refused as a second master of its own study.
+
 ``python -m hpo.launchers.dask_node worker ...`` runs as one srun task per
 worker. With GPUs, task k of a node keeps the k-th group of the node's GPUs
 (``CUDA_VISIBLE_DEVICES``), so each worker and each trial on it sees only its
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +39,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["worker_settings", "stop_grace", "main"]
+__all__ = ["worker_settings", "stop_grace", "restart_count", "release_own_lease", "main"]
 
 _POLL_S = 0.1
 _WAY_OUT_S = 5  # kept from SLURM's deadline for the study's own exit and the job's record
@@ -212,11 +220,72 @@ def _grace(stop_before: int) -> int:
     return 0
 
 
+def restart_count(env: Mapping[str, str]) -> int:
+    """How often SLURM requeued this job before this run (0: its first run)."""
+    return int(env.get("SLURM_RESTART_COUNT") or 0)
+
+
+def _begin(run_dir: Path, job_id: str, scheduler_file: Path) -> int:
+    """Ready the job's folder for this run; see the module's docstring."""
+    from hpo.launchers.records import keep_earlier_ending
+
+    restart = restart_count(os.environ)
+    if restart:
+        print(f"hpo: SLURM requeued job {job_id} (restart {restart}): the script starts over "
+              "and the study resumes")
+    kept = keep_earlier_ending(run_dir, job_id)
+    if kept is not None:
+        print(f"hpo: the earlier run's record of its end is kept as {kept}")
+    scheduler_file.unlink(missing_ok=True)
+    if release_own_lease(run_dir, job_id):
+        print(f"hpo: released the study's lease, held by the earlier run of job {job_id} (dead)")
+    return 0
+
+
+def release_own_lease(run_dir: Path, job_id: str) -> bool:
+    """Remove the study's lease if an earlier run of this very job holds it:
+    SLURM starts a requeued job only once its earlier run is gone, so that
+    master is dead, though its lease may look live for a while (another node,
+    renewed lately). True when released.
+
+    The lease is moved aside before it is removed, and put back if what was
+    moved is not what was read: another master may have taken it meanwhile.
+    """
+    from hpo.store import MasterLease
+
+    lease = MasterLease(run_dir)
+    held = lease.holder()  # None: free, or stale (the study's master takes it over)
+    if held is None or str(held.get("slurm_job")) != str(job_id):
+        return False
+    path = lease.path
+    aside = path.with_name(f"{path.name}.requeued-{job_id}-{os.getpid()}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    if _read_json(aside) != held:
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        aside.unlink(missing_ok=True)
+        return False
+    aside.unlink()
+    return True
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _ended(run_dir: Path, job_id: str, status: int, resubmit: str) -> int:
     from hpo.launchers.outcome import exit_line, study_ending
     from hpo.launchers.records import write_ending
 
-    ending = study_ending(run_dir, status)
+    ending = {**study_ending(run_dir, status), "restart": restart_count(os.environ)}
     try:
         write_ending(run_dir, job_id, ending)
     except OSError as exc:
@@ -240,6 +309,11 @@ def _parser() -> argparse.ArgumentParser:
     wait.add_argument("--scheduler-file", required=True)
     wait.add_argument("--workers", type=int, required=True)
     wait.add_argument("--timeout", type=float, default=300)
+    begin = sub.add_parser("begin", help="ready the job's folder for this run (a requeued "
+                           "job's earlier record, scheduler file and lease)")
+    begin.add_argument("--run-dir", required=True, type=Path)
+    begin.add_argument("--job", required=True)
+    begin.add_argument("--scheduler-file", required=True, type=Path)
     tls = sub.add_parser("tls", help="write the job's certificate and key (mode 0600)")
     tls.add_argument("--dir", required=True, type=Path)
     grace = sub.add_parser("grace", help="print the stop grace that fits the job")
@@ -272,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.what == "grace":
         return _grace(args.stop_before)
+    if args.what == "begin":
+        return _begin(args.run_dir, args.job, args.scheduler_file)
     return _ended(args.run_dir, args.job, args.status, args.resubmit)
 
 

@@ -4,6 +4,12 @@
 ``jobs/<id>/``: ``ended.json``, how the study ended (written by the job),
 and ``slurm-state.json``, the last state SLURM gave (kept because SLURM
 forgets finished jobs after ``MinJobAge``).
+
+SLURM may requeue a job (a node failure, ``scontrol requeue``): the same job
+id then runs again from the start of its script. ``ended.json`` belongs to
+the latest run; the run that starts moves the earlier run's record aside to
+``ended-run<N>.json`` (N: that run's ``SLURM_RESTART_COUNT``), so that no
+run overwrites another's.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 from hpo.store import write_atomically
 
 __all__ = ["JOBS_FILE", "append_job", "read_jobs", "job_folder", "read_ending", "write_ending",
-           "last_state", "remember_state"]
+           "keep_earlier_ending", "earlier_endings", "last_state", "remember_state"]
 
 JOBS_FILE = "jobs.json"
 _ENDED, _SEEN = "ended.json", "slurm-state.json"
@@ -50,6 +56,24 @@ def read_ending(run_dir: Path, job_id: str) -> dict[str, Any] | None:
 
 def write_ending(run_dir: Path, job_id: str, ending: dict[str, Any]) -> None:
     _write(job_folder(run_dir, job_id) / _ENDED, ending)
+
+
+def keep_earlier_ending(run_dir: Path, job_id: str) -> Path | None:
+    """At the start of a run of the job: move the record of its earlier run
+    (a requeued job) to ``ended-run<N>.json``; where it went, or None."""
+    folder = job_folder(run_dir, job_id)
+    earlier = _read(folder / _ENDED)
+    if earlier is None:
+        return None
+    kept = folder / f"ended-run{earlier.get('restart', 0)}.json"
+    (folder / _ENDED).replace(kept)
+    return kept
+
+
+def earlier_endings(run_dir: Path, job_id: str) -> list[dict[str, Any]]:
+    """The records of the job's earlier runs (requeued by SLURM), oldest first."""
+    found = [_read(p) for p in job_folder(run_dir, job_id).glob("ended-run*.json")]
+    return sorted((e for e in found if e is not None), key=lambda e: e.get("restart", 0))
 
 
 def last_state(run_dir: Path, job_id: str) -> dict[str, Any] | None:

@@ -39,14 +39,20 @@ class SubmitError(UsageError):
     does not accept, so it is reported like other bad input (exit status 2).
     """
 
-    def __init__(self, command: Sequence[str], returncode: int, stdout: str, stderr: str) -> None:
+    def __init__(self, command: Sequence[str], returncode: int, stdout: str, stderr: str,
+                 note: str = "") -> None:
         self.command, self.returncode, self.stdout, self.stderr = list(command), returncode, stdout, stderr
+        self.note = note
         said = (stderr.strip() or stdout.strip() or "no output")
         what = "printed no job id" if returncode == 0 else f"failed (exit {returncode})"
         super().__init__(
             f"{command[0]} {what}: {said}\n  fix: check --partition, --qos, --account, --nodes "
             "and --time against the site's limits (sinfo, scontrol show partition); "
-            "--dry-run shows what was sent")
+            "--dry-run shows what was sent" + (f"\n  {note}" if note else ""))
+
+    def with_note(self, note: str) -> "SubmitError":
+        """The same refusal, with ``note`` (where the values sent came from) added."""
+        return SubmitError(self.command, self.returncode, self.stdout, self.stderr, note)
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class JobStatus:
     nodes: str | None = None
     run_time: str | None = None
     time_limit: str | None = None
+    restarts: str | None = None  #: how often SLURM requeued the job ("0" for none)
 
     def to_dict(self) -> dict[str, str | None]:
         return {**asdict(self), "state": self.state.value}
@@ -155,14 +162,17 @@ class SlurmProvider:
         """The status of each job: squeue for the live state (one call for
         all), then ``scontrol show job`` for details and for jobs that left the
         queue. A job neither knows is MISSING."""
-        live = self._squeue(job_ids)
+        live = self.queued(job_ids)
         return {job_id: self._scontrol(job_id, live.get(job_id)) for job_id in job_ids}
 
     def cancel(self, job_ids: Sequence[str]) -> None:
         if job_ids:
             self.runner(["scancel", *job_ids])
 
-    def _squeue(self, job_ids: Sequence[str]) -> dict[str, str]:
+    def queued(self, job_ids: Sequence[str]) -> dict[str, str]:
+        """SLURM's state name of each job still in its queue (pending, held,
+        running, completing: also one requeued after it ended), in one call;
+        jobs that ended are left out."""
         if not job_ids:
             return {}
         done = self.runner(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%T"])
@@ -188,6 +198,7 @@ class SlurmProvider:
             exit_code=fields.get("ExitCode"), stdout=fields.get("StdOut"),
             stderr=fields.get("StdErr"), nodes=_unset(fields.get("NodeList")),
             run_time=fields.get("RunTime"), time_limit=fields.get("TimeLimit"),
+            restarts=fields.get("Restarts"),
         )
 
 

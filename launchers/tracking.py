@@ -3,7 +3,12 @@ and the rule that a study has one job at a time.
 
 SLURM forgets a finished job after ``MinJobAge``; the state it gave last is
 kept in the run directory (:func:`hpo.launchers.records.remember_state`) and
-shown instead of MISSING.
+shown instead of MISSING, else what the job recorded at its end
+(``ended.json``).
+
+A job that ended may run again: SLURM requeues it (a node failure,
+``scontrol requeue``) under the same id. So an ending record never settles
+whether a job is still to run: SLURM's queue does.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ def _with_memory(run_dir: Path, status: JobStatus) -> JobStatus:
     if status.state is JobState.MISSING:
         seen = last_state(run_dir, status.job_id)
         if seen is None:
-            return status
+            return _as_recorded(status, read_ending(run_dir, status.job_id))
         known = JobStatus.from_dict(seen)
         if not known.state.finished:  # it ended unseen: say what was seen, not that it runs
             return dataclasses.replace(status, reason=f"no longer known to SLURM; last seen "
@@ -50,12 +55,32 @@ def _with_memory(run_dir: Path, status: JobStatus) -> JobStatus:
     return status
 
 
-def check_free(run_dir: Path, after: str | None) -> None:
+def _as_recorded(status: JobStatus, ending: dict[str, Any] | None) -> JobStatus:
+    """A job SLURM forgot before anyone asked about it: how it ended by its
+    own record, else MISSING."""
+    if ending is None:
+        return status
+    reported = ending.get("reported_exit", ending.get("exit_status"))
+    if reported != 0:
+        state = JobState.FAILED
+    elif ending.get("signal") == "SIGTERM":  # scancel, or the walltime
+        state = JobState.CANCELLED
+    else:
+        state = JobState.COMPLETED
+    return dataclasses.replace(status, state=state, exit_code=f"{reported}:0", reason=(
+        f"no longer known to SLURM; as the job recorded at its end ({ending.get('at')})"))
+
+
+def check_free(run_dir: Path, after: str | None, provider: SlurmProvider | None = None) -> None:
     """Refuse a second job for the study in ``run_dir`` while one is queued or
-    running, or while a live master holds the study, unless the new job is
-    queued behind it (``--after`` the latest one)."""
-    records = [r for r in read_jobs(run_dir) if _may_be_active(run_dir, r["job_id"])]
-    statuses = job_statuses(run_dir, [r["job_id"] for r in records]) if records else {}
+    running (also one SLURM requeued after it ended), or while a live master
+    holds the study, unless the new job is queued behind it (``--after`` the
+    latest one)."""
+    provider = provider or SlurmProvider()
+    jobs = [r["job_id"] for r in read_jobs(run_dir)]
+    queued = provider.queued(jobs)
+    maybe = [j for j in jobs if j in queued or _may_be_active(run_dir, j)]
+    statuses = job_statuses(run_dir, maybe, provider) if maybe else {}
     active = [job_id for job_id, s in statuses.items() if s.state in ACTIVE]
     if active and after != active[-1]:
         latest = statuses[active[-1]]
@@ -75,7 +100,8 @@ def check_free(run_dir: Path, after: str | None) -> None:
 
 
 def _may_be_active(run_dir: Path, job_id: str) -> bool:
-    """False for a job known to have ended: SLURM need not be asked again."""
+    """False for a job known to have ended and not in SLURM's queue again:
+    SLURM need not be asked about it."""
     if read_ending(run_dir, job_id) is not None:
         return False
     seen = last_state(run_dir, job_id)

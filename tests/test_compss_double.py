@@ -56,6 +56,26 @@ def test_declarations_the_runtime_refuses(api, constraints):
         constraint(**constraints)
 
 
+@pytest.mark.parametrize("declared, kept, memory_gb", [
+    ("1.5", 1, 1.0),     # a string neither digits nor $VAR: int(eval(value)), cut
+    ("0.5", 0, None),    # cut to nothing: no memory reserved
+    ("2", "2", 2.0),     # digits: kept as declared
+    ("$MEM", "$MEM", None),  # a variable: resolved at start (unset here: the default)
+])
+def test_the_binding_cuts_a_fractional_memory_size(api, compss, declared, kept, memory_gb):
+    """PyCOMPSs 3.3, TaskMaster.inspect_constraints: what the runtime gets."""
+    compss.start()
+
+    def sized():
+        return 1
+
+    wait_on, constraint, task = api[0].compss_wait_on, api[1], api[2]
+    assert wait_on(declare(constraint, task, sized, {"memory_size": declared})()) == 1
+    [call] = compss.submitted
+    assert call["constraints"] == {"memory_size": kept}
+    assert call["resources"]["memory_gb"] == memory_gb
+
+
 def test_the_number_of_resources_counts_nodes_not_slots(api, compss):
     compss.start(nodes=3, cpus_per_node=48)
     assert api[0].compss_get_number_of_resources() == 3

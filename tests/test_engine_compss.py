@@ -47,19 +47,35 @@ def test_gpu_trials_reach_the_runtime_with_the_study_values(compss, tmp_path):
     # values reach it, and CPUs must not be counted twice.
     compss.start(nodes=1, cpus_per_node=4, gpus_per_node=1)
     space = toy_space("gpu", "hpo.examples.toy:sleep", search={"parallel": 1},
-                      resources={"cpus": 4, "gpus": 1, "memory_gb": 2.5, "time_limit_s": 100},
+                      resources={"cpus": 4, "gpus": 1, "memory_gb": 3, "time_limit_s": 100},
                       space={"x": [1, 2]})
     result = hpo.run(space, runs_dir=tmp_path, progress=False)
     assert result.counts["COMPLETE"] == 2
-    assert {s["function"] for s in compss.submitted} == {"compss_trial__cpus4_gpus1_mem2560mb_timeout160s"}
-    assert [s["resources"] for s in compss.submitted] == [{"cpus": 4, "gpus": 1, "memory_gb": 2.5}] * 2
-    declared = compss.declared["compss_trial__cpus4_gpus1_mem2560mb_timeout160s"]
+    assert {s["function"] for s in compss.submitted} == {"compss_trial__cpus4_gpus1_mem3072mb_timeout160s"}
+    assert [s["resources"] for s in compss.submitted] == [{"cpus": 4, "gpus": 1, "memory_gb": 3}] * 2
+    declared = compss.declared["compss_trial__cpus4_gpus1_mem3072mb_timeout160s"]
     assert declared["constraint"] == {
         "processors": [{"processorType": "CPU", "computingUnits": 4},
                        {"processorType": "GPU", "computingUnits": 1}],
-        "memory_size": "2.5",
+        "memory_size": "3",
     }
     assert declared["task"] == {"returns": 1, "on_failure": "IGNORE", "time_out": 160, "priority": False}
+
+
+@pytest.mark.parametrize("memory_gb, reserved", [(1.5, 2), (0.5, 1)])
+def test_fractional_memory_is_rounded_up_to_what_the_binding_keeps(compss, capsys, tmp_path,
+                                                                   memory_gb, reserved):
+    """The binding would cut "1.5" to 1 GB and "0.5" to none: hpo asks for
+    whole GB, rounded up, and says so."""
+    compss.start(nodes=1, cpus_per_node=2)
+    space = toy_space("mem", search={"parallel": 1}, resources={"memory_gb": memory_gb},
+                      space={"x": [1, 2], "y": [0]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 2
+    assert [s["resources"]["memory_gb"] for s in compss.submitted] == [reserved] * 2
+    warned = capsys.readouterr().err
+    assert warned.count(f'"memory_gb": {memory_gb:g}: COMPSs reserves whole GB') == 1, warned
+    assert f"hpo asks for {reserved} GB per trial" in warned
 
 
 def test_cpu_trials_declare_computing_units_only(compss):
@@ -72,7 +88,7 @@ def test_cpu_trials_declare_computing_units_only(compss):
 def test_a_worker_finds_each_task_by_name_without_the_master_settings():
     # A COMPSs worker imports the task module in a fresh process and looks the
     # name up: the shape in the name declares the same task there.
-    name = "compss_trial__cpus3_gpus1_mem512mb_timeout70s_first"
+    name = "compss_trial__cpus3_gpus1_mem1024mb_timeout70s_first"
     code = ("import json, hpo.engines._compss_tasks as tasks\n"
             f"getattr(tasks, {name!r})\n"
             "from pycompss import runtime\n"
@@ -84,7 +100,7 @@ def test_a_worker_finds_each_task_by_name_without_the_master_settings():
     declared = json.loads(declared)
     assert declared["constraint"] == {"processors": [
         {"processorType": "CPU", "computingUnits": 3}, {"processorType": "GPU", "computingUnits": 1}],
-        "memory_size": "0.5"}
+        "memory_size": "1"}
     assert declared["task"] == {"returns": 1, "on_failure": "IGNORE", "time_out": 70, "priority": True}
     assert unknown == "False"  # a name that carries no shape is not a task
 

@@ -33,7 +33,7 @@ ENQUEUE_FLAGS = {"--num_nodes", "--exec_time", "--qos", "--queue", "--project_na
                  "--cpus_per_node", "--gpus_per_node", "--worker_in_master_cpus",
                  "--worker_in_master_memory", "--worker_working_dir", "--master_working_dir",
                  "--log_dir", "--job_dependency", "--sc_cfg", "--pythonpath", "--node_memory",
-                 "--python_interpreter", "--wall_clock_limit", "--env_script"}
+                 "--python_interpreter", "--wall_clock_limit", "--env_script", "--pre_env_script"}
 
 
 @pytest.fixture
@@ -84,7 +84,17 @@ def test_compss_one_node_flag_by_flag(hpo, space, tmp_path):
                                      "--timeout-s", str(360 * 60 - 300), "--quiet"]
 
 
+def project_python(tmp_path: Path) -> Path:
+    """A Python of the project's environment elsewhere (a wrapper of this one)."""
+    python = tmp_path / "env" / "bin" / "python"
+    python.parent.mkdir(parents=True, exist_ok=True)
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    return python
+
+
 def test_compss_four_gpu_nodes_flag_by_flag(hpo, tmp_path):
+    python = project_python(tmp_path)
     space = tmp_path / "gpus.json"
     spec = toy_space("gpus", "hpo.examples.toy:sleep", resources={"cpus": 8, "gpus": 1})
     del spec["search"]["parallel"]  # chosen from the allocation
@@ -93,16 +103,18 @@ def test_compss_four_gpu_nodes_flag_by_flag(hpo, tmp_path):
                        "--gpus-per-node", "4", "--mem-per-node-gb", "300", "--qos", "acc_debug",
                        "--partition", "acc", "--account", "bsc99", "--sc-cfg", "mn5.cfg",
                        "--stop-before", "600", "--after", "1234", "--max-trials", "6",
-                       "--timeout-s", "3600", "--python", "/gpfs/env/bin/python")
+                       "--timeout-s", "3600", "--python", python)
     flags = flags_of(argv)
     run_dir = tmp_path / "runs" / "gpus"
     assert flags == {
         "--num_nodes": "4", "--exec_time": "120", "--cpus_per_node": "80", "--gpus_per_node": "4",
         "--node_memory": str(300 * 1024), "--queue": "acc", "--qos": "acc_debug",
         "--project_name": "bsc99",
+        # Explicit: a profile's default (mn.cfg: 24) would give the master trials too.
+        "--worker_in_master_cpus": "0",
         "--worker_working_dir": str(run_dir / "jobs" / "compss-work"),
         "--log_dir": str(run_dir / "jobs" / "compss-logs"),
-        "--pythonpath": f"{ROOT}:{tmp_path}", "--python_interpreter": "/gpfs/env/bin/python",
+        "--pythonpath": f"{ROOT}:{tmp_path}", "--python_interpreter": str(python),
         "--sc_cfg": "mn5.cfg", "--job_dependency": "1234",
         "--wall_clock_limit": str(120 * 60 - 300),
     }
@@ -119,7 +131,57 @@ def test_compss_warns_what_a_profile_may_drop(hpo, space):
                            "--time", "10", "--sc-cfg", "mn5.cfg", "--qos", "debug", "--account", "a1")
     assert status == 0
     assert "drops --qos without a word if it sets DISABLE_QARG_QOS=true" in err
-    assert "drops --account (--project_name)" in err
+    # common.sh sends --project_name only where the profile enables it.
+    assert ("drops --account (--project_name) without a word unless the profile 'mn5.cfg' sets "
+            "ENABLE_PROJECT_NAME=true") in err, err
+    assert "--extra=--extra_submit_flag=--account=a1" in err
+
+
+def compss_space(tmp_path: Path, **resources) -> Path:
+    path = tmp_path / "shaped.json"
+    spec = toy_space("shaped", "hpo.examples.toy:sleep", resources=resources)
+    del spec["search"]["parallel"]  # chosen from the allocation
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def parallel_of(argv: list[str]) -> int:
+    return int(argv[argv.index("--parallel") + 1])
+
+
+def test_compss_slots_of_multi_node_trials(hpo, tmp_path):
+    # 3-node trials of 4 GPUs on 3 worker nodes of 4 GPUs: one at a time.
+    space = compss_space(tmp_path, cpus=8, gpus=4, nodes=3)
+    argv = compss_argv(hpo, space, "--nodes", "4", "--time", "60", "--cpus-per-node", "80",
+                       "--gpus-per-node", "4", "--sc-cfg", "mn.cfg")
+    assert parallel_of(argv) == 1
+    # 2-node CPU trials on 3 worker nodes of 10 places each: 15 at once.
+    space = compss_space(tmp_path, cpus=8, nodes=2)
+    argv = compss_argv(hpo, space, "--nodes", "4", "--time", "60", "--cpus-per-node", "80",
+                       "--sc-cfg", "mn.cfg")
+    assert parallel_of(argv) == 15 and flags_of(argv)["--worker_in_master_cpus"] == "0"
+
+
+def test_compss_slots_count_the_masters_share_when_asked(hpo, tmp_path):
+    space = compss_space(tmp_path, cpus=8)
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--cpus-per-node", "80",
+                       "--sc-cfg", "mn.cfg")
+    assert parallel_of(argv) == 10 and flags_of(argv)["--worker_in_master_cpus"] == "0"
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--cpus-per-node", "80",
+                       "--sc-cfg", "mn.cfg", "--extra=--worker_in_master_cpus=40")
+    assert parallel_of(argv) == 10 + 5  # the worker node's 10 and the master's 40 CPUs / 8
+    assert argv.count("--worker_in_master_cpus=40") == 1 and "--worker_in_master_cpus=0" not in argv
+    status, _, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "2",
+                         "--time", "60", "--sc-cfg", "mn.cfg", "--extra=--worker_in_master_cpus=all")
+    assert status == 2 and "whole number" in err and "fix:" in err
+
+
+def test_compss_rounds_fractional_memory_up_and_says_so(hpo, tmp_path):
+    space = compss_space(tmp_path, memory_gb=1.5)
+    status, out, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "2",
+                           "--time", "60", "--sc-cfg", "mn.cfg")
+    assert status == 0, err
+    assert '"memory_gb": 1.5: COMPSs reserves whole GB' in err and "asks for 2 GB per trial" in err
 
 
 @pytest.mark.parametrize("options, words", [
@@ -386,6 +448,138 @@ def test_refused_submission_exits_2_with_what_sbatch_said(hpo, space, monkeypatc
     status, _, err = hpo("submit", space, "--time", "5", "--qos", "nope")
     assert status == 2 and "Invalid qos specification" in err and "fix:" in err
     assert read_jobs(tmp_path / "runs" / "toy") == []
+
+
+def test_a_requeued_job_still_runs_the_study(hpo, space, slurm, tmp_path):
+    """SLURM requeued a job that had ended (its record written): it is queued
+    again under its id and will run the study itself. A second job would run
+    the study twice, and resubmitting is no advice to give."""
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    append_job(run_dir, {"job_id": "31", "engine": "dask", "stdout": None, "resubmit": "hpo submit again"})
+    write_ending(run_dir, "31", ending(143, suspended=2))  # its first run stopped on SIGTERM
+    slurm({"31": job_line("31", "PENDING").replace("Reason=None", "Reason=BeginTime Restarts=1")})
+    status, _, err = hpo("submit", space, "--time", "5")
+    assert status == 2 and "SLURM job 31 (PENDING) already runs this study" in err, err
+    assert len(read_jobs(run_dir)) == 1
+    status, out, err = hpo("jobs", run_dir)
+    row = notes_of(out, "31")
+    assert status == 0 and "requeued by SLURM (restarts: 1)" in row and "waiting: BeginTime" in row, out
+    assert "submit the same command" not in row and "resume:" not in row, row
+
+
+def test_a_requeued_run_keeps_the_earlier_record_and_its_own_lease_goes(tmp_path, monkeypatch):
+    """The batch script's first step in a run of a requeued job: the earlier
+    run's record is kept aside, not overwritten; its scheduler file (a dead
+    address) and the lease it left (its master is dead, though the lease
+    looks live) are removed. Another job's lease is left alone."""
+    from hpo.launchers import dask_node
+    from hpo.launchers.records import earlier_endings, read_ending
+
+    run_dir, scheduler_file = tmp_path / "study", tmp_path / "study" / "jobs" / "77" / "scheduler.json"
+    write_ending(run_dir, "77", {**ending(0), "restart": 0})
+    scheduler_file.write_text("{}")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    earlier = MasterLease(run_dir, beat_s=3600).acquire()  # as the dead run left it: live-looking
+    try:
+        monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+        assert dask_node.main(["begin", "--run-dir", str(run_dir), "--job", "77",
+                               "--scheduler-file", str(scheduler_file)]) == 0
+        assert MasterLease(run_dir).holder() is None and not scheduler_file.exists()
+        assert read_ending(run_dir, "77") is None
+        assert [e["restart"] for e in earlier_endings(run_dir, "77")] == [0]
+    finally:
+        earlier.release()
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    with MasterLease(run_dir, beat_s=3600):
+        assert not dask_node.release_own_lease(run_dir, "77")
+        assert MasterLease(run_dir).holder()["slurm_job"] == "78"
+
+
+def test_jobs_show_how_jobs_slurm_forgot_unseen_ended(hpo, slurm, tmp_path):
+    """Nobody ran hpo jobs before SLURM purged these jobs: their own records
+    of their end say how they ended, not MISSING."""
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    for job_id in ("41", "42", "43", "44"):
+        append_job(run_dir, {"job_id": job_id, "engine": "dask", "stdout": None})
+    write_ending(run_dir, "41", ending(0))
+    write_ending(run_dir, "42", ending(143, suspended=1))
+    write_ending(run_dir, "43", {**ending(1), "reported_exit": 1, "clean": False})
+    slurm({})  # all purged after MinJobAge; 44 recorded nothing
+    status, out, err = hpo("jobs", run_dir)
+    assert status == 0, err
+    rows = {j: notes_of(out, j) for j in ("41", "42", "43", "44")}
+    assert rows["41"].split()[2:5] == ["COMPLETED", "MISSING", "0:0"], out
+    assert rows["42"].split()[2:5] == ["CANCELLED", "MISSING", "0:0"], out
+    assert rows["43"].split()[2:5] == ["FAILED", "MISSING", "1:0"], out
+    assert "as the job recorded at its end" in rows["43"] and "exited with status 1" in rows["43"]
+    assert rows["44"].split()[2] == "MISSING"
+
+
+def test_jobs_show_the_output_of_a_job_that_ended_before_its_study(hpo, slurm, tmp_path):
+    run_dir = tmp_path / "runs" / "toy"
+    (run_dir / "jobs").mkdir(parents=True)
+    out_file = run_dir / "jobs" / "slurm-51.out"
+    out_file.write_text("".join(f"line {i}\n" for i in range(40)) + "env.sh: No such file or directory\n")
+    append_job(run_dir, {"job_id": "51", "engine": "dask", "stdout": str(out_file)})
+    slurm({"51": job_line("51", "FAILED", "1:0", "00:00:00").replace(
+        "StdOut=/runs/toy/jobs/slurm-51.out", f"StdOut={out_file}")})
+    status, out, err = hpo("jobs", run_dir)
+    assert status == 0, err
+    assert "study: not started yet" in out
+    assert f"job 51 ended (FAILED 1:0) before the study started; the end of its output ({out_file})" in out
+    assert "  | env.sh: No such file or directory" in out and "  | line 39" in out
+    assert "  | line 1\n" not in out  # only the end
+
+
+def test_a_refused_partition_of_the_profile_is_named(hpo, space, monkeypatch, tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: "
+                                 "compute' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    generic = ROOT / "launchers" / "sites" / "generic.toml"
+    status, _, err = hpo("submit", space, "--time", "5", "--site", generic)
+    assert status == 2 and "invalid partition specified: compute" in err
+    assert f"--partition compute: from the site profile {generic}" in err, err
+    assert "override with --partition NAME" in err and "--site none" in err
+    status, _, err = hpo("submit", space, "--time", "5", "--site", generic, "--partition", "x")
+    assert status == 2 and "from the site profile" not in err  # the command line's own
+
+
+def test_python_that_cannot_run_the_job_is_refused(hpo, space, tmp_path):
+    status, out, err = hpo("submit", space, "--time", "5", "--dry-run", "--python", "/nonexistent/python")
+    assert status == 2 and out == "" and "--python /nonexistent/python: no such file" in err
+    assert "fix:" in err and "leave --python out" in err
+    plain = tmp_path / "not-a-program"
+    plain.write_text("")
+    status, _, err = hpo("submit", space, "--time", "5", "--dry-run", "--python", plain)
+    assert status == 2 and "not executable" in err
+    base = Path(sys.base_prefix) / "bin" / "python3"  # outside the project's environment
+    if subprocess.run([base, "-c", "import hpo"], capture_output=True).returncode == 0:
+        pytest.skip(f"{base} imports hpo here")
+    status, _, err = hpo("submit", space, "--time", "5", "--dry-run", "--python", base)
+    assert status == 2 and f"--python {base} cannot import hpo" in err, err
+    assert "No module named 'hpo'" in err and "pip install -e" in err
+    # Under COMPSs the project is on the job's path: hpo's own requirements are missing.
+    status, _, err = hpo("submit", space, "--time", "5", "--dry-run", "--engine", "compss",
+                         "--nodes", "2", "--sc-cfg", "x.cfg", "--python", base)
+    assert status == 2 and f"--python {base} cannot import hpo" in err and "No module named" in err
+
+
+def test_python_that_needs_the_setup_lines_is_accepted(hpo, space, tmp_path):
+    python = tmp_path / "module-python"
+    python.write_text('#!/bin/sh\n[ -n "$HPO_TEST_MODULE" ] || { echo "python: error while loading '
+                      'shared libraries: libpython3.11.so.1.0" >&2; exit 127; }\n'
+                      f'exec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    status, _, err = hpo("submit", space, "--time", "5", "--dry-run", "--python", python)
+    assert status == 2 and "libpython3.11.so.1.0" in err
+    status, _, err = hpo("submit", space, "--time", "5", "--dry-run", "--python", python,
+                         "--setup", "export HPO_TEST_MODULE=loaded")
+    assert status == 0, err
 
 
 # ------------------------------------------------------------------ bad input

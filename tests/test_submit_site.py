@@ -126,6 +126,9 @@ def test_compss_sources_the_setup_and_works_on_local_disk(hpo, space, tmp_path, 
     assert (flags["--queue"], flags["--qos"], flags["--project_name"]) == ("acc", "acc_debug", "bsc99")
     env_script = Path(flags["--env_script"])
     assert env_script.parent == tmp_path / "runs" / "toy" / "jobs" and not env_script.exists()
+    # Sourced by the job before COMPSs starts the master's Python (a module
+    # the interpreter needs), and by each worker as it starts.
+    assert flags["--pre_env_script"] == flags["--env_script"]
     assert "sbatch lines apply to the dask engine only" in err
     # Submitted (with a stand-in enqueue_compss), the script holds the lines in order.
     fake = tmp_path / "bin"

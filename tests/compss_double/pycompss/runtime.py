@@ -8,6 +8,9 @@ source files behind each point):
 - worker nodes each offer ``cpus_per_node`` CPUs and ``gpus_per_node`` GPUs; a
   task runs on a node with enough free units, and as many run at once as fit;
   a task no node can ever serve stays blocked;
+- the binding evaluates a ``computing_units``/``memory_size``/``storage_size``
+  string that is neither digits nor ``$VAR`` and keeps ``int()`` of it
+  (``binding_keeps``): ``"1.5"`` GB becomes 1, ``"0.5"`` none;
 - a top-level ``computing_units`` and a CPU entry in ``processors`` add up;
 - a ``@multinode`` task takes its constraints on ``computing_nodes`` distinct
   nodes at once, and runs with ``COMPSS_HOSTNAMES`` (one entry per process),
@@ -96,6 +99,30 @@ def resolve(value: Any) -> Any:
     return value
 
 
+# The keys whose string values the binding evaluates (spelled exactly so).
+_EVALUATED = ("computing_units", "computingUnits", "memory_size", "memorySize", "storage_size",
+              "storageSize")
+
+
+def binding_keeps(constraints: dict) -> dict:
+    """The constraints as the PyCOMPSs 3.3 binding hands them to the runtime
+    at a task's first call in master mode (``TaskMaster.inspect_constraints``):
+    a value of one of ``_EVALUATED`` that is a string neither of digits nor
+    ``$VAR`` is evaluated and cut with ``int()`` ("1.5" -> 1, "0.5" -> 0); a
+    name it cannot evaluate stays a string; anything else (a syntax error)
+    raises, as the binding does."""
+    kept = dict(constraints)
+    for key, value in constraints.items():
+        if key not in _EVALUATED or not isinstance(value, str) or value.isdigit() \
+                or value.startswith("$"):
+            continue
+        try:
+            kept[key] = int(eval(value, {"__builtins__": {}}, {}))  # noqa: S307 - as the binding
+        except NameError:
+            pass
+    return kept
+
+
 def describe(constraints: dict) -> dict:
     """What a task asks for, as the runtime's parser adds it up (unresolved
     values are defaults: 1 CPU, no memory limit, a GPU processor of 0 units)."""
@@ -110,7 +137,7 @@ def describe(constraints: dict) -> dict:
             cpus += units
     memory = resolve(keys.get("memorysize"))
     return {"cpus": max(cpus, 1), "gpus": gpus,
-            "memory_gb": float(memory) if memory not in (None, "") else None}
+            "memory_gb": (float(memory) or None) if memory not in (None, "") else None}
 
 
 def _units(value: Any) -> int:

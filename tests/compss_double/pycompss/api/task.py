@@ -37,7 +37,8 @@ class Task:
             if not CONTEXT.in_master():
                 return user_function(*args, **kwargs)  # sequential mode
             # @constraint sits above @task (and @multinode), so it marked this wrapper.
-            constraints = getattr(task_decorator, "__compss_constraints__", {})
+            declared = getattr(task_decorator, "__compss_constraints__", {})
+            constraints = runtime.binding_keeps(declared)  # what the runtime is handed
             resources = runtime.describe(constraints)
             found = functools.partial(_as_a_worker_finds, user_function.__module__, name)
             demand = {**resources, "nodes": nodes, "processes_per_node": per_node}
