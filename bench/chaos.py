@@ -19,11 +19,17 @@ At seeded random moments, while trials are in flight:
    silent; a new worker is started, and the master is started again with the
    same command, until it exits 0. It waits for the trials still running
    (fresh heartbeat), resumes the silent one as itself from its checkpoint
-   (``resumed`` event, attempt 2), and re-proposes the configurations the dead
-   master had queued but no worker started (CANCELLED, then run again).
-4. from the start, a second master runs the same command at the same
+   (``resumed`` event, attempt 2), and starts the trials the dead master had
+   queued but no worker started, as they are.
+4. between those, the master hangs: it is stopped (SIGSTOP, a frozen
+   node) until its lease goes stale, the same command is run again (what a
+   user does when a study looks hung), and once the new master holds the
+   study the first is let go on (SIGCONT): it must find its lease taken and
+   exit 75 without writing anything more, and the new master must not wait
+   on the trials the first was running;
+5. from the start, a second master runs the same command at the same
    moment: one of the two is refused (exit 2, the study's lease is held);
-5. later, the Dask scheduler is killed (SIGKILL) with trials in flight: the
+6. later, the Dask scheduler is killed (SIGKILL) with trials in flight: the
    master exits 75 without failing any trial; a new scheduler and new
    workers start (the old workers are killed: their node is gone too) and
    the same command resumes.
@@ -243,6 +249,7 @@ class Outcome:
     master_runs: int = 0
     twin_exit: int | None = None  # the refused one of two masters started at once (2)
     scheduler_exit: int | None = None  # the master's, after its scheduler was killed (75)
+    hung_exit: int | None = None  # the hung master's, let go on after another took over (75)
     master_pids: list[int] = field(default_factory=list)
     run_dir: Path | None = None
     retried_numbers: list[int] = field(default_factory=list)
@@ -256,7 +263,7 @@ class Outcome:
     def ok(self) -> bool:
         return (self.lost == 0 and not self.unfinished and not self.other_states
                 and self.equal is not False and self.twin_exit in (None, 2)
-                and self.scheduler_exit in (None, 75))
+                and self.scheduler_exit in (None, 75) and self.hung_exit in (None, 75))
 
 
 def examine(run_dir: Path, algorithm: str) -> Outcome:
@@ -365,6 +372,23 @@ class Study:
     def master_alive(self) -> bool:
         return self.master is not None and self.master.poll() is None
 
+    def hang_master(self) -> int:
+        """Stop the master until its lease is stale, run the same command
+        again, let the first go on once the second holds the study; the
+        first's exit status (it must find it lost the study: 75)."""
+        first, lease = self.master, self.run_dir / "master.lease"
+        first.send_signal(signal.SIGSTOP)
+        try:
+            _wait(lambda: time.time() - lease.stat().st_mtime > 3 * HEARTBEAT_S + 0.5, 60,
+                  "the stopped master's lease to go stale")
+            self.master = second = self._spawn_master()
+            _wait(lambda: _lease_pid(lease) == second.pid, 120, "the second master to hold the study",
+                  self.master_alive)
+        finally:
+            first.send_signal(signal.SIGCONT)
+        first.wait(timeout=MASTER_TIMEOUT_S)
+        return first.returncode
+
     def kill_master(self) -> None:
         self.master.send_signal(signal.SIGKILL)
         self.master.wait()
@@ -400,6 +424,13 @@ class Study:
                                    f"{self.runs} times; see {self.runs_dir}/master-*.log")
             self.status.note(f"[{self.label}] master exited {self.master.returncode}: same command again")
             self.start_master()
+
+
+def _lease_pid(lease: Path) -> int | None:
+    try:
+        return json.loads(lease.read_text()).get("pid")
+    except (OSError, ValueError):
+        return None
 
 
 def running_trials(run_dir: Path, min_steps: int = 1) -> list[optuna.trial.FrozenTrial]:
@@ -445,14 +476,16 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     early = sorted(rng.randint(max(1, trials // 10), max(1, trials * 2 // 5)) for _ in range(kills - 1))
     master_at = rng.randint(max(1, trials * 2 // 5) + 1, max(2, trials * 7 // 10))
     scheduler_at = rng.randint(master_at + 1, max(master_at + 1, trials * 17 // 20))
-    plan = [("worker", n) for n in early] + [("master", master_at), ("scheduler", scheduler_at)]
+    hung_at = rng.randint(max(1, trials // 10), max(1, trials * 2 // 5))  # drawn last: same moments as before
+    plan = sorted([("worker", n) for n in early] + [("hung", hung_at)], key=lambda step: step[1]) \
+        + [("master", master_at), ("scheduler", scheduler_at)]
     killed: list[str] = []
     worker_kills: list[tuple[int, bool]] = []
     done = 0
     started = time.monotonic()
     twin_exit = study.start_twin_masters()
     killed.append(f"a second master at once (exit {twin_exit})")
-    scheduler_exit = None
+    scheduler_exit = hung_exit = None
     try:
         for what, after in plan:
             _wait(lambda: _progress(study, started, after), MASTER_TIMEOUT_S,
@@ -465,6 +498,11 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
                 worker_kills.append((pid, True))
                 new = cluster.restart_worker()
                 killed.append(f"worker {pid} (SIGKILL, master up{held}) -> new worker {new}")
+            elif what == "hung":
+                pid = study.master.pid
+                hung_exit = study.hang_master()
+                killed.append(f"master {pid} hung (SIGSTOP) while a second took over, then let go "
+                              f"on (exit {hung_exit})")
             elif what == "scheduler":
                 # The master must be at work on the scheduler (it created a trial), not still connecting.
                 _wait(lambda: _created_since(study.run_dir, study.master_started), 120,
@@ -500,7 +538,7 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     out = examine(study.run_dir, spec["search"]["algorithm"])
     out.wall_s, out.kills, out.worker_kills = time.monotonic() - started, killed, worker_kills
     out.master_runs, out.master_pids, out.run_dir = study.runs, study.pids, study.run_dir
-    out.twin_exit, out.scheduler_exit = twin_exit, scheduler_exit
+    out.twin_exit, out.scheduler_exit, out.hung_exit = twin_exit, scheduler_exit, hung_exit
     return out
 
 
@@ -574,10 +612,10 @@ def run_all(workdir: Path, algorithms: list[str], trials: int, seed: int, kills:
 
 def table(outcomes: list[Outcome]) -> str:
     head = ("algorithm", "completed", "retried", "resumed", "cancelled+rerun", "lost", "duplicated",
-            "twin exit", "exit after scheduler kill", "equal", "wall_s")
+            "twin exit", "hung master exit", "exit after scheduler kill", "equal", "wall_s")
     rows = [head] + [(o.algorithm, str(o.completed), str(o.retried), str(o.resumed),
                       str(o.cancelled_rerun), str(len(o.missing)), str(len(o.duplicated)),
-                      str(o.twin_exit), str(o.scheduler_exit), "yes" if o.equal else "no",
+                      str(o.twin_exit), str(o.hung_exit), str(o.scheduler_exit), "yes" if o.equal else "no",
                       f"{o.wall_s:.1f}") for o in outcomes]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
@@ -600,7 +638,7 @@ def main() -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     print(f"chaos: {args.trials} trials of {STEPS} x {STEP_S} s, {WORKERS} dask workers, "
-          f"{args.kills} worker kills and 1 master kill per study, seed {seed}", file=sys.stderr)
+          f"{args.kills} worker kills, 1 hung master and 1 master kill per study, seed {seed}", file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="hpo-chaos-") as tmp:
         workdir = Path(args.keep) if args.keep else Path(tmp)

@@ -3,11 +3,12 @@
 The scenario is bench/chaos.py's, with a fixed seed: a ``dask scheduler`` and
 3 ``dask worker --no-nanny`` processes started here, 30 trials per study
 (grid, then seeded random search over continuous ranges), a worker running a
-trial killed with SIGKILL while the master runs, then the master killed with
+trial killed with SIGKILL while the master runs, the master hung (SIGSTOP)
+while a second one takes the study over, then the master killed with
 SIGKILL together with a worker still running one of its trials; each killed
 process is started again, the master until it exits 0. The store must then
 hold every configuration COMPLETE exactly once, with the values of an
-undisturbed run of the same space and seed on the same cluster. About 35 s
+undisturbed run of the same space and seed on the same cluster. About 40 s
 per algorithm on 2 cores.
 """
 
@@ -61,10 +62,12 @@ def test_killed_workers_and_master_lose_nothing(cluster, tmp_path, algorithm):
                                status=chaos.Status(False), cluster=dask_cluster)
     masters.extend(outcome.master_pids)
     assert [up for _, up in outcome.worker_kills] == [True, False]
-    # Two masters started at once: one refused. The scheduler killed: the
-    # master left cleanly (75) and the same command, on a new cluster, resumed.
-    assert outcome.twin_exit == 2 and outcome.scheduler_exit == 75
-    assert outcome.master_runs == 4
+    # Two masters started at once: one refused. A master hung while another
+    # took over: once let go on, it left without writing (75). The scheduler
+    # killed: the master left cleanly (75) and the same command, on a new
+    # cluster, resumed.
+    assert outcome.twin_exit == 2 and outcome.hung_exit == 75 and outcome.scheduler_exit == 75
+    assert outcome.master_runs == 5
 
     # Every configuration of the budget complete exactly once, nothing left
     # running, pending, failed or suspended, the undisturbed run's values.
@@ -76,11 +79,12 @@ def test_killed_workers_and_master_lose_nothing(cluster, tmp_path, algorithm):
     assert len({chaos._key(t.params) for t in complete}) == 30
     assert {t.state for t in result.trials} <= {TrialStatus.COMPLETE, TrialStatus.CANCELLED}
 
-    # The worker killed under a running master: Dask ran its trial again
-    # elsewhere, as a new attempt of the same trial, without the master.
+    # The worker killed under a running master: its trial ran again
+    # elsewhere as a new attempt of the same trial (Dask ran the task again,
+    # or, every other worker busy, the master saw its heartbeat stop first).
     (up_pid, _), (down_pid, _) = outcome.worker_kills
     retried = _lost_on(complete, up_pid)
-    assert retried and all(t.attempt >= 2 and before != "resumed" for t, before in retried)
+    assert retried and all(t.attempt >= 2 for t, _ in retried)
     # The worker that died with the master: its trial fell silent and the
     # restarted master resumed it as itself, from its checkpoint.
     resumed = _lost_on(complete, down_pid)

@@ -1,0 +1,468 @@
+"""The faults users meet on real clusters, with real signals, file systems and
+sockets: a hung master and a second one, a full or read-only file system, a
+journal deleted under a study, processes a trial leaves behind, an objective
+that ends the master, a worker that hangs yet stays connected, a hostile port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+import hpo
+from hpo.trial import TrialStatus
+from conftest import ROOT, toy_space, wait_for
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HPO_HEARTBEAT_S": "1"}
+QUALITIES = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+
+
+def command(tmp_path: Path, space: dict, runs_dir: Path, *options: str) -> list[str]:
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(space))
+    return [sys.executable, str(ROOT / "hpo_main.py"), str(path), "--runs-dir", str(runs_dir),
+            "--quiet", *options]
+
+
+def trials(run_dir: Path) -> list[hpo.TrialRecord]:
+    try:
+        return hpo.StudyResult.load(run_dir).trials
+    except (hpo.UsageError, KeyError, ValueError, OSError):
+        return []  # not created yet
+
+
+def complete(run_dir: Path) -> list[hpo.TrialRecord]:
+    return [t for t in trials(run_dir) if t.state is TrialStatus.COMPLETE]
+
+
+def running_with_reports(run_dir: Path) -> bool:
+    try:
+        frozen = hpo.store.RunDir(run_dir).load_study().trials
+    except (hpo.UsageError, KeyError, ValueError, OSError):
+        return False
+    return any(t.state.name == "RUNNING" and len(t.intermediate_values) >= 2 for t in frozen)
+
+
+def assert_each_once(run_dir: Path, key: str, values: list) -> None:
+    """Every configuration complete exactly once, nothing failed."""
+    done = Counter(t.params[key] for t in complete(run_dir))
+    assert sorted(done) == sorted(values) and set(done.values()) == {1}, \
+        [(t.number, t.params, t.state.value, t.error) for t in trials(run_dir)]
+    assert not [t for t in trials(run_dir) if t.state is TrialStatus.FAILED]
+
+
+def end(proc: subprocess.Popen) -> None:
+    """Stop a study this test started, and the processes it started, by PID."""
+    if proc.poll() is None:
+        family = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        for child in family:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+
+
+# ------------------------------------------------------------ a hung master
+
+
+def test_a_master_stopped_while_another_took_over_writes_nothing_more(tmp_path):
+    """SIGSTOP the master (a frozen node), run the same command (what a user
+    does when the study looks hung), SIGCONT the first: it finds its lease
+    gone, exits 75 saying so, and no configuration completes twice; the
+    second master does not wait on the trials the first was running."""
+    space = toy_space("hung", "hpo.examples.toy:curve", fixed={"steps": 6, "step_s": 0.3},
+                      space={"quality": QUALITIES})
+    runs, run_dir = tmp_path / "runs", tmp_path / "runs" / "hung"
+    cmd = command(tmp_path, space, runs, "--engine", "dask", "--workers", "2")
+    first = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        wait_for(lambda: len(complete(run_dir)) >= 1 and running_with_reports(run_dir),
+                 what="a completed trial and one mid-way")
+        first.send_signal(signal.SIGSTOP)
+        lease = run_dir / "master.lease"
+        wait_for(lambda: time.time() - lease.stat().st_mtime > 4, what="the stopped master's lease to go stale")
+        second = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: str(second.pid) in lease.read_text(), what="the second master to hold the study")
+        first.send_signal(signal.SIGCONT)
+        _, said = first.communicate(timeout=120)
+        assert first.returncode == 75, said
+        assert "another master took this study over" in said and f"pid {second.pid}" in said
+        assert "Traceback" not in said
+        _, said = second.communicate(timeout=240)
+        assert second.returncode == 0, said
+    finally:
+        end(first)
+        if second is not None:
+            end(second)
+    assert_each_once(run_dir, "quality", QUALITIES)
+
+
+# ------------------------------------------------- the study's file system
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 16 MiB tmpfs of this test's own: a real file system to fill up or
+    make read-only (needs root, as mounting does)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(mount: Path) -> Path:
+    """Fill the file system to its last byte; the file that did it."""
+    filler = mount / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+FS_SPACE = toy_space("fs", "hpo.examples.toy:curve", fixed={"steps": 8, "step_s": 0.2},
+                     search={"parallel": 2}, space={"quality": QUALITIES[:6]})
+
+
+@pytest.mark.parametrize("engine", ["inline", "dask"])
+def test_a_full_file_system_stops_the_study_and_fails_no_trial(tmp_path, small_fs, engine):
+    cmd = command(tmp_path, FS_SPACE, small_fs, "--engine", engine, *(["--workers", "2"] if engine == "dask" else []))
+    run_dir = small_fs / "fs"
+    study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
+        filler = fill(small_fs)
+        _, said = study.communicate(timeout=120)
+    finally:
+        end(study)
+    # One message that names the file system and the fix; no trial blamed.
+    assert study.returncode == 75, said
+    assert "Traceback" not in said and "is full" in said and f"free space on {small_fs}" in said, said
+    assert not [t for t in trials(run_dir) if t.state is TrialStatus.FAILED]
+    # Space freed, the same command runs the configurations cut short again.
+    filler.unlink()
+    rerun = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_each_once(run_dir, "quality", QUALITIES[:6])
+
+
+def test_a_journal_made_read_only_stops_the_study_with_a_message(tmp_path):
+    """``chattr +i``: read-only even to root, as ``chmod a-w`` is to a user."""
+    cmd = command(tmp_path, FS_SPACE, tmp_path / "runs", "--engine", "dask", "--workers", "2")
+    run_dir = tmp_path / "runs" / "fs"
+    journal = run_dir / "journal.log"
+    study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
+        made = subprocess.run(["chattr", "+i", str(journal)], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"cannot make a file immutable here: {made.stderr.strip()}")
+        _, said = study.communicate(timeout=120)
+    finally:
+        end(study)
+        subprocess.run(["chattr", "-i", str(journal)], capture_output=True)
+    assert study.returncode == 75, said
+    assert "Traceback" not in said and "read-only" in said and "fix:" in said
+    assert not [t for t in trials(run_dir) if t.state is TrialStatus.FAILED]
+    rerun = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_each_once(run_dir, "quality", QUALITIES[:6])
+
+
+def test_a_journal_deleted_under_the_study_is_never_begun_anew(tmp_path):
+    cmd = command(tmp_path, FS_SPACE, tmp_path / "runs", "--engine", "dask", "--workers", "2")
+    run_dir = tmp_path / "runs" / "fs"
+    study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
+        journal = run_dir / "journal.log"
+        journal.unlink()
+        _, said = study.communicate(timeout=120)
+    finally:
+        end(study)
+    assert study.returncode == 75, said
+    assert "Traceback" not in said and "journal was deleted" in said and "hpo repair" not in said
+    # The same command refuses the run directory, with the fix, and starts nothing.
+    rerun = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 2, rerun.stderr
+    assert "journal" in rerun.stderr and "missing" in rerun.stderr and "fix:" in rerun.stderr
+    assert not journal.exists()
+
+
+# ------------------------------------------- processes a trial leaves behind
+
+
+SPACES = Path(__file__).with_name("fault_spaces")
+
+
+@pytest.mark.parametrize("engine, resources, setsid, orphan", [
+    ("inline", {}, False, False),  # the master's own process: what the trial's thread started
+    ("dask", {}, False, True),  # a worker's process, a subreaper
+    ("dask", {"time_limit_s": 120}, True, True),  # a process of the trial's own
+], ids=["inline", "dask", "time-limit-setsid"])
+def test_every_process_a_trial_started_ends_with_it(tmp_path, engine, resources, setsid, orphan):
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    space = {"name": "leaky", "objective": "leaky:train", "metric": {"name": "value"},
+             "search": {"algorithm": "grid", "parallel": 2}, "resources": resources,
+             "fixed": {"pid_dir": str(pid_dir), "setsid": setsid, "orphan": orphan},
+             "space": {"x": [1, 2, 3]}}
+    options = ["--engine", engine] + (["--workers", "2"] if engine == "dask" else [])
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SPACES)])}
+    ran = subprocess.run(command(tmp_path, space, tmp_path / "runs", *options), env=env,
+                         capture_output=True, text=True, timeout=180)
+    started = [int(p.read_text()) for p in pid_dir.iterdir()]
+    left = [pid for pid in started if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)  # by PID: only what this test's objective started
+    assert ran.returncode == 0, ran.stderr
+    assert len(started) == 3 * (2 if orphan else 1)
+    assert not left, f"processes left running after the study: {left}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# ------------------------------------------- an objective that ends the master
+
+
+def test_a_trial_that_ended_the_master_twice_is_failed_and_the_study_goes_on(tmp_path):
+    space = {"name": "exits", "objective": "exits:train", "metric": {"name": "value"},
+             "search": {"algorithm": "grid", "parallel": 1}, "space": {"x": [1, 2, 3]}}
+    cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "inline")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SPACES)])}
+    first, second, third = (subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+                            for _ in range(3))
+    assert first.returncode == second.returncode == 3  # the objective's os._exit(3)
+    assert "running inside the master when it ended" in second.stderr
+    assert third.returncode == 0, third.stderr
+    by_x = {t.params["x"]: t for t in trials(tmp_path / "runs" / "exits")}
+    assert by_x[1].state is by_x[3].state is TrialStatus.COMPLETE
+    assert by_x[2].state is TrialStatus.FAILED and "ended while this trial ran inside it, 2 times" in by_x[2].error
+    assert "--engine dask" in by_x[2].error
+
+
+# ------------------------------------------ a worker hung, still connected
+
+
+def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path, monkeypatch):
+    """SIGSTOP the worker running the trial: its connection stays open, so
+    Dask would wait minutes for it; the trial's silent heartbeat is enough."""
+    from distributed import LocalCluster
+
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")  # the workers' heartbeat too
+    space = toy_space("hungworker", "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
+                      search={"parallel": 1}, space={"quality": [1.0]})
+    run_dir = tmp_path / "runs" / "hungworker"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
+        cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
+                      "--scheduler", cluster.scheduler_address)
+        study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        pid = None
+        try:
+            pid = wait_for(lambda: _reporting_pid(run_dir), what="the trial to report 3 steps")
+            os.kill(pid, signal.SIGSTOP)  # hung: alive, connected, silent
+            # Dask's own timeout for such a worker is minutes (worker-ttl):
+            # the study ends well before it only if hpo ran the trial elsewhere.
+            _, said = study.communicate(timeout=120)
+        finally:
+            end(study)
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+    assert study.returncode == 0, said
+    assert "stopped answering for its trial" in said
+    (trial,) = trials(run_dir)
+    assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
+
+
+def _reporting_pid(run_dir: Path) -> int | None:
+    try:
+        (trial,) = hpo.store.RunDir(run_dir).load_study().trials
+    except (hpo.UsageError, ValueError, KeyError, OSError):
+        return None
+    run = trial.system_attrs.get("hpo:run")
+    return run["pid"] if run and len(trial.intermediate_values) >= 3 else None
+
+
+# ------------------------------------------------------- the relay's port
+
+
+class AloneRelay:
+    """A relay in a process of its own (tests/fault_spaces/relay_alone.py)."""
+
+    def __init__(self, journal: Path, max_files: int | None = None) -> None:
+        import resource
+
+        def limit() -> None:
+            if max_files is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, max_files))
+
+        self.proc = subprocess.Popen([sys.executable, str(SPACES / "relay_alone.py"), str(journal)],
+                                     env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=limit)
+        url = self.proc.stdout.readline().strip()
+        host, port, self.token = hpo.store.split_relay(url)[1].rsplit(":", 2)
+        self.address = (host, int(port))
+
+    def ask(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def rss(self) -> int:
+        return int(self.ask("rss"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _hello(token: str) -> bytes:
+    data = json.dumps({"hello": token, "v": 1}).encode()
+    return len(data).to_bytes(4, "big") + data
+
+
+def _send_until_closed(sock, data: bytes, total: int) -> int:
+    """Bytes sent before the relay closed the connection (``total`` at most)."""
+    sent = 0
+    try:
+        while sent < total:
+            sent += sock.send(data)
+    except OSError:
+        pass
+    return sent
+
+
+def test_strangers_on_the_port_cannot_grow_the_master(tmp_path):
+    """No bytes are kept from a client that has not said hello with the token:
+    a 1 GB length prefix then 300 MB, and 40 strangers announcing 4 MB frames,
+    grow the relay's process by next to nothing; the study goes on."""
+    import socket
+
+    relay = AloneRelay(tmp_path / "journal.log")
+    try:
+        before = relay.rss()
+        chunk = b"x" * (1 << 20)
+        with socket.create_connection(relay.address) as sock:
+            sock.settimeout(30)
+            sock.sendall((1 << 30).to_bytes(4, "big"))
+            assert _send_until_closed(sock, chunk, 300 << 20) < 300 << 20  # dropped, not read
+        strangers = [socket.create_connection(relay.address) for _ in range(40)]
+        for sock in strangers:
+            sock.settimeout(30)
+            sock.sendall((4 << 20).to_bytes(4, "big") + b"{" * (1 << 16))
+        for sock in strangers:
+            assert _send_until_closed(sock, chunk, 4 << 20) < 4 << 20
+            sock.close()
+        assert relay.rss() - before < 32 << 20
+        assert relay.ask("trial").startswith("ok")
+    finally:
+        relay.close()
+
+
+def test_more_connections_than_files_leave_the_relay_serving(tmp_path):
+    """With 1,024 files (a common HPC default), 1,100 idle connections: the
+    relay keeps serving the client it had and its master, and takes new
+    clients again once the idle ones are gone."""
+    import resource
+    import socket
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"this process may open {hard} files, 1,100 connections need more")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300) if hard == resource.RLIM_INFINITY
+                                                else min(hard, max(soft, 1300)), hard))
+    relay = AloneRelay(tmp_path / "journal.log", max_files=1024)
+    idle: list[socket.socket] = []
+    try:
+        client = socket.create_connection(relay.address)
+        client.settimeout(30)
+        client.sendall(_hello(relay.token))
+        assert client.recv(1 << 16)  # the hello's answer
+        for _ in range(1100):
+            try:
+                idle.append(socket.create_connection(relay.address, timeout=5))
+            except OSError:
+                break  # the relay's backlog is full: it is at its cap
+        assert len(idle) >= 1024
+        assert relay.ask("trial").startswith("ok")  # the master's own writes go on
+        poll = json.dumps({"id": 1, "op": "poll"}).encode()
+        client.sendall(len(poll).to_bytes(4, "big") + poll)
+        assert client.recv(1 << 16)  # and the client it had is answered
+        for sock in idle:
+            sock.close()
+        idle.clear()
+
+        def served() -> bool:
+            try:
+                with socket.create_connection(relay.address, timeout=5) as new:
+                    new.settimeout(5)
+                    new.sendall(_hello(relay.token))
+                    return bool(new.recv(1 << 16))
+            except OSError:
+                return False
+
+        wait_for(served, what="a new client to be served")
+        assert relay.proc.poll() is None
+    finally:
+        for sock in idle:
+            sock.close()
+        relay.close()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# --------------------------------------- a clean stop leaves no clutter
+
+
+def test_a_clean_stop_hands_back_the_trials_it_never_started(tmp_path):
+    """SIGTERM (scancel, the walltime): the trials queued but never started
+    are not counted as cancelled work, and the next run starts them as they
+    are: one trial per configuration over the whole chain of runs."""
+    space = toy_space("chain", "hpo.examples.toy:curve", fixed={"steps": 6, "step_s": 0.3},
+                      space={"quality": QUALITIES[:6]})
+    run_dir = tmp_path / "runs" / "chain"
+    cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask", "--workers", "2")
+    study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: running_with_reports(run_dir), what="a trial mid-way")
+        study.send_signal(signal.SIGTERM)
+        _, said = study.communicate(timeout=120)
+    finally:
+        end(study)
+    assert study.returncode == 143, said
+    states = Counter(t.state for t in trials(run_dir))
+    assert TrialStatus.CANCELLED not in states and states[TrialStatus.PENDING] >= 1, states
+    rerun = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr
+    assert len(trials(run_dir)) == 6
+    assert_each_once(run_dir, "quality", QUALITIES[:6])
