@@ -12,16 +12,22 @@ import psutil
 
 from hpo.store import StudyRelay, StudyStore
 
-journal = sys.argv[1]
-with StudyRelay(journal, "s", control=journal + ".control") as relay:
-    optuna.create_study(study_name="s", storage=relay.storage, direction="maximize")
-    print(relay.writers_url, flush=True)
-    for line in sys.stdin:
-        if line.strip() == "rss":
-            print(psutil.Process().memory_info().rss, flush=True)
-        elif line.strip() == "trial":
-            try:
-                trial_id, _ = StudyStore(relay.storage, "s").create_trial({}, {})
-                print(f"ok {trial_id}", flush=True)
-            except Exception as exc:  # the test reads what went wrong
-                print(f"{type(exc).__name__}: {exc}", flush=True)
+
+def main() -> None:
+    journal = sys.argv[1]
+    with StudyRelay(journal, "s", control=journal + ".control") as relay:
+        optuna.create_study(study_name="s", storage=relay.storage, direction="maximize")
+        print(relay.writers_url, flush=True)
+        for line in sys.stdin:
+            if line.strip() == "rss":
+                print(psutil.Process().memory_info().rss, flush=True)
+            elif line.strip() == "trial":
+                try:
+                    trial_id, _ = StudyStore(relay.storage, "s").create_trial({}, {})
+                    print(f"ok {trial_id}", flush=True)
+                except Exception as exc:  # the test reads what went wrong
+                    print(f"{type(exc).__name__}: {exc}", flush=True)
+
+
+if __name__ == "__main__":  # pytest's doctest collection imports it
+    main()
