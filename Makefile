@@ -7,16 +7,22 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export TF_ENABLE_ONEDNN_OPTS ?= 0
+# torch's CPU build, installed before the extras so that their range is met by
+# it: an unpinned torch from PyPI is a CUDA build of several GB. pip takes
+# 2.13.0+cpu from a local wheel folder where one is configured (find-links);
+# elsewhere: make TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH ?= torch==2.13.0
 
 .PHONY: demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
-	@echo "make: creating $(VENV) and installing hpo with TensorFlow, Dask, Optuna and Dash"
-	@echo "make: (about 1.5 minutes and 2 GB on a first install; pip's own lines follow)"
+	@echo "make: creating $(VENV) and installing hpo with TensorFlow, PyTorch, Dask, Optuna and Dash"
+	@echo "make: (about 2.5 minutes and 3 GB on a first install; pip's own lines follow)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -e '.[keras,postgres,test]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
-	$(PY) -c "import hpo, optuna, distributed" && echo "make: installed into $(VENV)"
+	$(PY) -m pip install --progress-bar off $(TORCH) | grep --line-buffered -E '^(Collecting|Successfully)' || true
+	$(PY) -m pip install --progress-bar off -e '.[keras,torch,gp,postgres,test]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
+	$(PY) -c "import hpo, optuna, distributed, torch, lightning" && echo "make: installed into $(VENV)"
 	touch $@
 
 demo: $(VENV)/.installed

@@ -23,10 +23,17 @@ reports the time (median and range) and the best configuration each found,
 which must agree. Each contender first runs the first two configurations
 untimed, so that imports and process pools are warm for all of them.
 
+The ``torch`` workload is real PyTorch training: a 12-configuration grid of
+the digits CNN (``hpo.examples.torch_digits:train``, 5 epochs each, one
+thread per trial) on 2 slots: the whole ``hpo.run`` call against a plain
+``for`` loop (one process, what a notebook does) and joblib
+``Parallel(n_jobs=2)``, each calling the same function with a detached
+``hpo.Trial``. Training on a CPU is deterministic, so all find the same best.
+
 Run: ``python bench/overhead.py [--repeats R] [--contenders hpo,ray]
-[--workloads 200x0.1,2000x1@16,mlp] [--trials16 N]``. The figures are medians
+[--workloads 200x0.1,2000x1@16,mlp,torch] [--trials16 N]``. The figures are medians
 over R rounds; contenders are chosen by name prefix (hpo, optuna, dask, ray,
-joblib, gridsearchcv). The last line is ``overhead_pct=<hpo's overhead at the
+joblib, gridsearchcv, plain). The last line is ``overhead_pct=<hpo's overhead at the
 first sleep workload>`` (200 x 0.1 s by default).
 """
 
@@ -57,6 +64,10 @@ import hpo  # noqa: E402
 
 MLP = "mlp"
 MLP_SLOTS = 2
+TORCH = "torch"
+TORCH_GRID = {"optimizer": ["sgd", "adam"], "learning_rate": [0.003, 0.01, 0.03],
+              "channels": [8, 16]}
+TORCH_FIXED = {"max_epochs": 5, "batch_size": 64}
 
 
 @dataclass(frozen=True)
@@ -238,6 +249,63 @@ def report_mlp(times: dict[str, list[float]], bests: dict[str, Best], repeats: i
     print(f"  same best configuration and score: {'yes' if agree else 'NO'}")
 
 
+# -- the PyTorch CNN grid ------------------------------------------------------------
+
+
+def torch_configurations() -> list[dict]:
+    import itertools
+
+    return [{**TORCH_FIXED, **dict(zip(TORCH_GRID, values))}
+            for values in itertools.product(*TORCH_GRID.values())]
+
+
+def torch_one(config: dict) -> Best:
+    """One configuration as a user without hpo runs it: a detached trial."""
+    from hpo.examples.torch_digits import train
+
+    return train(config, hpo.Trial(0, config))["val_accuracy"], config
+
+
+def torch_hpo(address: str, tmp: Path, configs: list[dict]) -> Best:
+    space = {
+        "name": f"bench-torch-{time.monotonic_ns()}", "objective": "hpo.examples.torch_digits:train",
+        "metric": {"name": "val_accuracy", "direction": "maximize"},
+        "search": {"algorithm": "grid", "parallel": MLP_SLOTS}, "fixed": TORCH_FIXED,
+        "space": {k: sorted({c[k] for c in configs}) for k in TORCH_GRID},
+    }
+    result = hpo.run(space, engine="dask", scheduler=address, runs_dir=tmp, progress=False)
+    if result.counts["COMPLETE"] != len(configs):
+        raise RuntimeError(f"hpo completed {result.counts}")
+    return result.best.value, {**TORCH_FIXED, **result.best.params}
+
+
+def torch_contenders(address: str, tmp: Path, configs: list[dict]) -> dict[str, Callable[[], Best]]:
+    from joblib import Parallel, delayed
+
+    def best(results: list[Best]) -> Best:  # the first of equals, as hpo's leaderboard ranks
+        return max(results, key=lambda r: r[0])
+
+    return {
+        "hpo (dask, journal)": lambda: torch_hpo(address, tmp, configs),
+        "plain for loop (1 process)": lambda: best([torch_one(c) for c in configs]),
+        f"joblib Parallel(n_jobs={MLP_SLOTS})": lambda: best(
+            Parallel(n_jobs=MLP_SLOTS)(delayed(torch_one)(c) for c in configs)),
+    }
+
+
+def report_torch(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> None:
+    print(f"\n{TORCH}: {len(torch_configurations())} PyTorch CNN configurations x "
+          f"{TORCH_FIXED['max_epochs']} epochs on digits, {MLP_SLOTS} slots (median of {repeats}):")
+    print(f"  {'contender':28s} {'time_s':>7s} {'[min-max]':>15s} {'best_acc':>9s}  best configuration")
+    for name, values in times.items():
+        score, config = bests[name]
+        spread = f"[{min(values):.1f}-{max(values):.1f}]"
+        shown = ", ".join(f"{k}={config[k]}" for k in sorted(TORCH_GRID))
+        print(f"  {name:28s} {statistics.median(values):7.2f} {spread:>15s} {score:9.5f}  {shown}")
+    scores = {round(s, 6) for s, _ in bests.values()}
+    print(f"  same best score: {'yes' if len(scores) == 1 else 'NO'}")
+
+
 # -- the run ---------------------------------------------------------------------
 
 
@@ -285,16 +353,17 @@ class Clusters:
 
 def parse_workloads(text: str | None, trials16: int) -> list[Sleep | str]:
     if not text:
-        return [Sleep(200, 0.1), Sleep(1000, 0.02), Sleep(trials16, 1.0, 16), MLP]
-    return [w if w == MLP else Sleep.parse(w) for w in text.split(",")]
+        return [Sleep(200, 0.1), Sleep(1000, 0.02), Sleep(trials16, 1.0, 16), MLP, TORCH]
+    return [w if w in (MLP, TORCH) else Sleep.parse(w) for w in text.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
-    parser.add_argument("--workloads", help="comma-separated NxT[@P] or mlp, e.g. 200x0.1,2000x1@16,mlp "
-                        "(default: 200x0.1, 1000x0.02, <trials16>x1@16 and mlp)")
+    parser.add_argument("--workloads", help="comma-separated NxT[@P], mlp or torch, e.g. "
+                        "200x0.1,2000x1@16,mlp (default: 200x0.1, 1000x0.02, <trials16>x1@16, "
+                        "mlp and torch)")
     parser.add_argument("--trials16", type=int, default=2000,
                         help="trials of the default 16-slot workload (Ray Tune's test has 10000)")
     args = parser.parse_args()
@@ -323,6 +392,17 @@ def main() -> None:
                 times, bests = timed_rounds(MLP, contenders, args.repeats)
                 if times:
                     report_mlp(times, bests, args.repeats)
+                continue
+            if w == TORCH:
+                configs = torch_configurations()
+                cluster, _ = clusters.get(MLP_SLOTS)
+                address = cluster.scheduler_address
+                warm = select(torch_contenders(address, tmp, configs[:2]), prefixes)
+                timed_rounds("torch warm-up (untimed)", warm, 1)
+                times, bests = timed_rounds(TORCH, select(torch_contenders(address, tmp, configs),
+                                                          prefixes), args.repeats)
+                if times:
+                    report_torch(times, bests, args.repeats)
                 continue
             cluster, client = clusters.get(w.slots)
             contenders = select(sleep_contenders(w, cluster, client, tmp, ray), prefixes)

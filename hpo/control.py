@@ -24,7 +24,8 @@ import optuna
 
 from hpo import lifecycle
 from hpo.allocation import Allocator, make_allocator
-from hpo.engines import Engine
+from hpo.data import remove_copies
+from hpo.engines import Engine, ReachesEveryWorker
 from hpo.errors import EngineLost, StopRequested, StoreUnavailable
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
@@ -116,7 +117,20 @@ class Controller:
                 raise
             except EngineLost as exc:  # nothing to tell the trials: nothing reaches them
                 raise EngineLost(f"{exc}; {len(self._in_flight)} trials were in flight") from None
+            self._remove_staged_data(store)
         return StudyResult.from_store(store, self.spec.metric.name)
+
+    def _remove_staged_data(self, store: StudyStore) -> None:
+        """The study is over: the data its nodes staged goes, unless
+        ``data.keep`` (a study stopped to be resumed keeps it for the next run)."""
+        data = self.spec.data
+        if data is None or data.keep:
+            return
+        runs = [run_of(trial) for trial in store.trials()]
+        hosts = {host for run in runs
+                 for host in [run.get("host"), *(a.get("host") for a in run.get("previous", []))] if host}
+        reach = self.engine.run_on_every_worker if isinstance(self.engine, ReachesEveryWorker) else None
+        remove_copies(data, self.spec.name, hosts, reach, verbose=self.progress)
 
     def _loop(self, searcher: Searcher, store: StudyStore) -> None:
         # Never more in flight than the engine can run: trials prepared beyond

@@ -176,9 +176,16 @@ def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial
 
 def machine_fault(trial: optuna.trial.FrozenTrial) -> StoreUnavailable | None:
     """Why to stop the study when a trial was given up because its file
-    system filled up or turned read-only (every next trial would meet it
-    too), or None."""
+    system filled up or turned read-only, or its node could not stage its
+    data (every next trial would meet it too), or None."""
     error = run_of(trial).get("error") or {}
+    staging = error.get("staging")
+    if staging:  # its node could not stage its data (hpo.data): the node's words
+        return StoreUnavailable(
+            f"trial {trial.number} could not stage its data on {staging['host']}: "
+            f"{staging['problem']}. Nothing was recorded as a trial's failure.\n  fix: "
+            f"{staging['fix']}; then run the same command again: the trials cut short resume "
+            "from their checkpoints")
     if error.get("errno") not in MACHINE_FAULTS:
         return None
     return unwritable(error.get("filename") or ".", error["errno"],

@@ -119,6 +119,32 @@ def served_study(journal: Path, name: str, direction: str = "maximize", pruning=
         yield ServedStudy(relay, name, control)
 
 
+def run_in_segments(tmp_path, objective: str, config: dict, segment: int | None, name: str,
+                    metric: str = "val_loss", direction: str = "minimize") -> optuna.trial.FrozenTrial:
+    """Run a trial's segments one after another, each task filled by the
+    master from its replica, as a scheduler would."""
+    import math
+
+    from hpo.scheduling import QuantumRule
+    from hpo.trial import TrialStatus, run_trial
+
+    with served_study(tmp_path / f"{name}.log", name, direction) as study:
+        study.store.set_contender(math.inf)  # a new trial always waits: each quantum yields
+        trial_id, number = study.new_trial()
+        for _ in range(50):
+            task = study.task(trial_id, number, config=config, objective=objective, metric=metric,
+                              direction=direction, checkpoint_dir=str(tmp_path / name / "ckpt"),
+                              quantum=QuantumRule(steps=segment) if segment else None)
+            if run_trial(task).state is not TrialStatus.SUSPENDED:
+                return study.store.trial(trial_id)
+    raise AssertionError("the trial never finished")
+
+
+def curve(trial: optuna.trial.FrozenTrial) -> dict[int, float]:
+    """A stored trial's reports of its metric, by step."""
+    return dict(sorted(trial.intermediate_values.items()))
+
+
 def stop_processes(procs) -> None:
     """End the processes a test started, last started first (workers before
     their scheduler), by PID: SIGTERM, then SIGKILL after 30 s."""

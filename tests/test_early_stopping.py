@@ -3,7 +3,6 @@ stop, and trials run in resumable segments (round-robin, convergence-aware)."""
 
 from __future__ import annotations
 
-import math
 
 import optuna
 import pytest
@@ -12,9 +11,9 @@ import hpo
 from hpo.scheduling import (
     ConvergenceAware, QuantumRule, RoundRobin, Slaq, Waiting, convergence, milestones_passed,
 )
-from hpo.trial import TrialStatus, run_trial
+from hpo.trial import TrialStatus
 from hpo.store.records import EVENT_ATTR, SEGMENT_ATTR
-from conftest import served_study, toy_space
+from conftest import curve, run_in_segments, toy_space
 
 
 def events(trial: optuna.trial.FrozenTrial) -> list[dict]:
@@ -78,26 +77,6 @@ def test_target_stop_reaches_running_trials_under_compss(compss, tmp_path):
 
 
 # ------------------------------------------------------- resumable segments
-
-
-def run_in_segments(tmp_path, objective: str, config: dict, segment: int | None, name: str,
-                    metric: str = "val_loss", direction: str = "minimize") -> optuna.trial.FrozenTrial:
-    """Run a trial's segments one after another, each task filled by the
-    master from its replica, as a scheduler would."""
-    with served_study(tmp_path / f"{name}.log", name, direction) as study:
-        study.store.set_contender(math.inf)  # a new trial always waits: each quantum yields
-        trial_id, number = study.new_trial()
-        for _ in range(50):
-            task = study.task(trial_id, number, config=config, objective=objective, metric=metric,
-                              direction=direction, checkpoint_dir=str(tmp_path / name / "ckpt"),
-                              quantum=QuantumRule(steps=segment) if segment else None)
-            if run_trial(task).state is not TrialStatus.SUSPENDED:
-                return study.store.trial(trial_id)
-    raise AssertionError("the trial never finished")
-
-
-def curve(trial: optuna.trial.FrozenTrial) -> dict[int, float]:
-    return dict(sorted(trial.intermediate_values.items()))
 
 
 def test_sklearn_trial_resumes_exactly_where_its_segment_stopped(tmp_path):

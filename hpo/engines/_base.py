@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hpo.errors import UsageError
 from hpo.trial import TrialTask
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hpo.allocation import Inventory
     from hpo.space import StudySpec
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "ReachesEveryWorker"]
 
 Handle = Any
 
@@ -119,3 +119,13 @@ class Engine(abc.ABC):
 
     def shutdown(self) -> None:
         """Release what :meth:`start` acquired."""
+
+
+@runtime_checkable
+class ReachesEveryWorker(Protocol):
+    """An engine that can run a function on every worker it has now (Dask's
+    ``client.run``), as the master does at a study's end to remove its
+    staged data from the nodes. COMPSs cannot: it runs nothing on a chosen node."""
+
+    def run_on_every_worker(self, function: Callable[..., Any], *args: Any) -> dict[str, Any]:
+        """``function(*args)`` on each worker, by the worker's address."""

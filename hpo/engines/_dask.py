@@ -292,6 +292,10 @@ class DaskEngine(Engine):
         finally:
             self.cancel(handle)
 
+    def run_on_every_worker(self, function, *args) -> dict:
+        """``function(*args)`` on every worker connected now (``client.run``)."""
+        return self.client.run(function, *args)
+
     def _release_nodes(self, key: str) -> None:
         """Let a multi-node trial's other nodes go."""
         holders = self._holders.pop(key, None)

@@ -32,7 +32,9 @@ from optuna.distributions import BaseDistribution
 from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
 from hpo.errors import SpaceError, closest
 from hpo import registry
+from hpo.data import DataSection
 from hpo.space._conditions import check_conditions, is_active, ordered, unnest
+from hpo.space._data import parse_data
 from hpo.space._grid import Grid
 from hpo.space._params import (
     Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
@@ -53,7 +55,7 @@ DEFAULT_OBJECTIVE = "hpo.examples.keras_mnist:train"
 
 _TOP_KEYS = (
     "name", "objective", "metric", "search", "resources",
-    "retries", "early_stopping", "scheduling", "allocation", "fixed", "space",
+    "retries", "early_stopping", "scheduling", "allocation", "data", "fixed", "space",
 )
 _SEARCH_KEYS = ("algorithm", "sampler", "max_trials", "parallel", "seed", "timeout_s")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -325,6 +327,8 @@ class StudySpec:
     source: str = field(default="<dict>", compare=False)
     #: Every objective when "metric" is a list; ``metric`` is then the first.
     objectives: tuple[Metric, ...] = ()
+    #: What each node stages for its trials (the "data" section), or None.
+    data: DataSection | None = None
 
     @property
     def metrics(self) -> tuple[Metric, ...]:
@@ -411,6 +415,7 @@ class StudySpec:
             "early_stopping": asdict(self.early_stopping),
             "scheduling": {**asdict(self.scheduling), "milestones": list(self.scheduling.milestones)},
             "allocation": asdict(self.allocation),
+            **({"data": self.data.to_dict()} if self.data else {}),
             "fixed": copy.deepcopy(self.fixed),
             "space": {name: param.to_dict() for name, param in self.params.items()},
         }
@@ -480,6 +485,8 @@ class StudySpec:
         if alloc.planned:
             lines.append(f"allocation  {alloc.policy}, placement {alloc.placement}"
                          + (f", cost model {alloc.cost_model}" if alloc.cost_model else ""))
+        if self.data:
+            lines.append(f"data        {self.data.describe()}")
         if self.fixed:
             lines.append("fixed       " + ", ".join(f"{k}={v!r}" for k, v in self.fixed.items()))
         lines.append(f"parameters  {len(self.params)}")
@@ -583,6 +590,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         params=params,
         source=source,
         objectives=metrics if isinstance(top.get("metric"), list) else (),
+        data=get("data", parse_data, None),
     )
     if spec.multi_objective:
         _check_multi_objective(spec, root)

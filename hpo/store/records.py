@@ -170,6 +170,9 @@ class ErrorRecord(TypedDict, total=False):
     type: str  # the exception's class, or TimeLimit, Lost, BadReturnValue, EngineError...
     message: str
     traceback: str
+    errno: int  # an OSError's: ENOSPC, EDQUOT, EROFS are the machine's fault (given up)
+    filename: str
+    staging: dict[str, str]  # hpo.data.StagingError.record(): the node could not stage (given up)
 
 
 class AttemptRecord(TypedDict, total=False):

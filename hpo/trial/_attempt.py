@@ -17,6 +17,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from hpo.data import StagedData, StagingError
 from hpo.store import Halted, TrialContext, TrialLink
 from hpo.store.records import TrialStatus
 from hpo.trial._cpus import CpuBinding, bind_cpus
@@ -29,7 +30,7 @@ from hpo.trial._reaper import reaping
 from hpo.trial._task import TrialTask, assigned_gpus
 
 __all__ = ["AttemptResult", "TaskInterrupted", "runtime_interruptions", "run_here", "trial_for",
-           "classify", "size_of"]
+           "classify", "size_of", "staging_record"]
 
 
 @dataclass
@@ -82,7 +83,20 @@ def trial_for(task: TrialTask, token: str, context: TrialContext) -> Trial:
     return Trial(task.number, dict(task.config), task.checkpoint_dir,
                  cpus=task.cpus, gpus=assigned_gpus(task), reports=context["reports"],
                  hosts=list(task.hosts) or _compss_hosts(), gpu_share=task.gpu_share,
-                 profile_batches=task.profile_batches, _link=side)
+                 profile_batches=task.profile_batches,
+                 data=StagedData(task.data, task.study_name) if task.data else None, _link=side)
+
+
+def run_follower(task: TrialTask, context: TrialContext, rank: int) -> None:
+    """Run the objective as rank ``rank`` of a distributed trial: it trains
+    beside rank 0, with the trial's earlier reports, but reports nothing and
+    decides nothing (its framework hears rank 0's decisions)."""
+    trial = Trial(task.number, dict(task.config), task.checkpoint_dir, cpus=task.cpus,
+                  gpus=assigned_gpus(task), reports=context["reports"],
+                  hosts=list(task.hosts) or _compss_hosts(), gpu_share=task.gpu_share, rank=rank,
+                  data=StagedData(task.data, task.study_name) if task.data else None)
+    with trial_log(task.checkpoint_dir, f"trial {task.number}, rank {rank}, pid {os.getpid()}"):
+        resolve_objective(task.objective)(dict(task.config), trial)
 
 
 def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
@@ -112,6 +126,10 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
                 # A full disk is the machine's fault, not the trial's (hpo.trial._run).
                 result.error.update(errno=exc.errno, filename=str(exc.filename or task.checkpoint_dir))
             log.write(result.error["traceback"])
+    if trial.staging_fault is not None and result.error is not None:
+        # The objective failed after its data could not be staged (whatever it
+        # raised then): the node's fault, handed back, never the trial's.
+        result.error = {**staging_record(trial.staging_fault), "traceback": result.error.get("traceback", "")}
     result.stop_reason = trial.stop_reason
     if task.profile_batches:
         trial._record_profile()  # a trial shorter than its profile: on what it ran
@@ -122,6 +140,13 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
     result.halted = side.halted
     result.reports = trial.reports[len(earlier):]
     return result
+
+
+def staging_record(fault: StagingError) -> dict[str, Any]:
+    """The error record of an attempt whose data could not be staged: its
+    ``staging`` entry tells the master to stop, not to fail the trial."""
+    return {"type": type(fault).__name__, "message": str(fault), "errno": fault.errno,
+            "filename": str(fault.filename), "staging": fault.record()}
 
 
 def _binding_record(binding: CpuBinding) -> dict[str, Any]:

@@ -4,6 +4,12 @@ The trial process never outlives its task: on SIGTERM, or when the process
 that started it is gone (a worker killed, a cluster shut down), its trial
 suspends at its next check (checkpointed) and the process exits after the
 stop grace, whatever the objective is doing.
+
+A launcher inside the objective (Lightning's DDP, ``torch.distributed``'s
+elastic agent) may start this same command again for its other ranks, with
+``LOCAL_RANK``/``NODE_RANK``/``RANK`` set: such a process is a follower. It
+runs the objective with a trial that neither reports nor asks (rank 0 does,
+and broadcasts its decisions) and leaves the result to rank 0.
 """
 
 import os
@@ -14,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from hpo.trial._attempt import run_here
+from hpo.trial._attempt import run_follower, run_here
 from hpo.trial._local_stop import exit_after_grace, request_suspend
 
 _PARENT_POLL_S = 0.5
@@ -24,6 +30,9 @@ def main(task_file: str, result_file: str) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: _leave("SIGTERM"))
     _watch_parent(os.getppid())
     task, token, context = pickle.loads(Path(task_file).read_bytes())
+    if follower_rank() > 0:
+        run_follower(task, context, follower_rank())
+        return
     result = run_here(task, token, context)
     try:
         payload = pickle.dumps(result)
@@ -31,6 +40,13 @@ def main(task_file: str, result_file: str) -> None:
         result.returned = repr(result.returned)
         payload = pickle.dumps(result)
     Path(result_file).write_bytes(payload)
+
+
+def follower_rank() -> int:
+    """This process's rank, as the launcher that started it set it (0: the
+    trial's own process, which hpo starts with none of them set)."""
+    names = ("RANK", "LOCAL_RANK", "NODE_RANK")
+    return max(int(os.environ.get(name) or 0) for name in names)
 
 
 def _leave(why: str) -> None:

@@ -7,13 +7,14 @@ import os
 import pickle
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from hpo.data import DataPaths, SourcePaths, StagingError, UnknownDataItem
 from hpo.store import Halted, TrialLink, write_atomically
 from hpo.store.records import PROFILE_ATTR, event_key, event_record
 from hpo.trial._local_stop import suspend_requested
@@ -163,9 +164,15 @@ class Trial:
     gpu_share:
         The share of each GPU the trial may use (1.0 unless GPUs are shared);
         also in ``HPO_GPU_MEMORY_FRACTION`` for frameworks' memory limits.
+    rank:
+        The process's rank in a distributed trial (hpo sets it; 0 by hand).
     profile_batches:
         How many first batches :meth:`batch` times before recording the
         training rate (FLEET: 48, the last 20 averaged); 0: none.
+    data:
+        The data items :meth:`data_path` knows: a trial of a study gets the
+        space's ``data`` section (staged on its node); a Trial built by hand
+        takes ``{name: path}`` and returns the paths unchanged.
 
     ``reports`` holds every report of the trial, including those of earlier
     segments or attempts when the trial resumes.
@@ -195,6 +202,8 @@ class Trial:
         hosts: list[str] | None = None,
         gpu_share: float = 1.0,
         profile_batches: int = 0,
+        rank: int = 0,
+        data: Mapping[str, str | os.PathLike[str]] | DataPaths | None = None,
         _link: _StoreSide | None = None,
     ) -> None:
         self.number = number
@@ -212,11 +221,18 @@ class Trial:
         self._batch_ends: list[float] = []
         self._batch_samples: int | None = None
         self._link = _link
+        self._data = data if isinstance(data, DataPaths) else SourcePaths(data or {})
+        self._data_paths: dict[str, Path] = {}
+        #: Why staging failed, if it did: the node's fault, whatever the objective made of it.
+        self.staging_fault: StagingError | None = None
+        self._rank = rank
 
     @property
     def rank(self) -> int:
-        """This process's place among the trial's nodes (0: the one hpo started)."""
-        return 0
+        """This process's global rank in a distributed trial (0: the one hpo
+        started, which reports and decides; the others are followers whose
+        reports stay in this process and whose ``should_stop`` is False)."""
+        return self._rank
 
     def batch(self, samples: int | None = None) -> None:
         """Call after each training batch of ``samples`` samples: the first
@@ -283,6 +299,37 @@ class Trial:
         if self.stop_reason is None and self._link is not None:
             self.stop_reason = self._link.stop_reason(self.reports)
         return self.stop_reason is not None
+
+    def data_path(self, name: str) -> Path:
+        """The path of the data item ``name`` (the space's ``data.items``),
+        as this trial reads it: the node's local copy, made by the node's
+        first trial that asks (the others wait for that one copy).
+
+        Raises
+        ------
+        hpo.data.UnknownDataItem
+            (a KeyError) if ``name`` is not an item; it names those there are.
+        hpo.data.StagingError
+            (an OSError) if the node cannot make the copy (no room, no
+            staging folder, the source unreadable there). The node's fault:
+            the trial is handed back, not failed.
+
+        Examples
+        --------
+        A Trial built by hand reads the sources where they are:
+
+        >>> Trial(0, {}, data={"digits": "/shared/digits.npz"}).data_path("digits")
+        PosixPath('/shared/digits.npz')
+        """
+        if name not in self._data.names:
+            raise UnknownDataItem(name, self._data.names)
+        if name not in self._data_paths:  # staged (or checked) once per trial
+            try:
+                self._data_paths[name] = self._data.path(name)
+            except StagingError as fault:
+                self.staging_fault = fault
+                raise
+        return self._data_paths[name]
 
     @property
     def next_step(self) -> int:

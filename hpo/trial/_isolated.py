@@ -27,6 +27,9 @@ from hpo.trial._task import TrialTask, device_environment
 
 __all__ = ["run_isolated"]
 
+#: What a distributed launcher sets for the processes it starts.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
 
 def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
     """Run :func:`run_here` in a fresh Python process, killed at the time limit.
@@ -43,6 +46,8 @@ def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptR
         command = [sys.executable, "-m", "hpo.trial._child", str(task_file), str(result_file)]
         # Sized before any import; a process that initialised CUDA ignores later changes.
         env = {**os.environ, **thread_environment(task.cpus), **device_environment(task)}
+        for name in RANK_VARIABLES:  # set in a job step's environment, it would make a follower
+            env.pop(name, None)
         child = subprocess.Popen(command, start_new_session=True, env=env)
         track_child(child.pid)  # a SIGTERM to this worker reaches the trial (request_suspend)
         grace = 0.0  # a time limit ends it at once

@@ -78,9 +78,10 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
             return TrialOutcome(task.number, TrialStatus.RUNNING)
         if result.halted is not None:
             return _halted(task, result.halted)
-        if (result.error or {}).get("errno") in MACHINE_FAULTS:
-            # The disk filled up under the objective: not the trial's failure.
-            # It is given up, to resume from its checkpoint on the next run.
+        if (result.error or {}).get("errno") in MACHINE_FAULTS or (result.error or {}).get("staging"):
+            # The disk filled up under the objective, or its node could not
+            # stage its data: not the trial's failure. It is given up, to
+            # resume from its checkpoint on the next run.
             _give_up(link, task, _end_record(run, result, task, suspended=False),
                      f"{result.error['type']}: {result.error['message']} (the machine's fault: "
                      "resumed from its checkpoint)")

@@ -21,6 +21,7 @@ from hpo.trial._objective import Objective
 
 if TYPE_CHECKING:
     from hpo.allocation import Placement, TrialShape
+    from hpo.data import DataSection
     from hpo.space import StudySpec
 
 __all__ = ["TrialTask", "TrialOutcome", "device_environment", "assigned_gpus", "where", "gpu_total"]
@@ -84,6 +85,8 @@ class TrialTask:
     # It runs inside the master's process (the inline engine): a trial that
     # ends that process twice is failed, not run a third time.
     in_master: bool = False
+    # The study's data section: what trial.data_path stages on the node.
+    data: "DataSection | None" = None
 
     @classmethod
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
@@ -116,6 +119,7 @@ class TrialTask:
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=shape.time_limit_s is not None or shape.gpus > 0,
             control=str(run_dir.control_file), context=context or context_of(None), master=master,
+            data=spec.data,
         )
 
 
