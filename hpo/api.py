@@ -12,6 +12,7 @@ from typing import Any
 
 import optuna
 
+from hpo import lifecycle
 from hpo.control import Controller
 from hpo.engines import Engine, make_engine
 from hpo.errors import EngineError, UsageError
@@ -135,6 +136,11 @@ def run(
     run_dir.check(record, storage, allow_changes)
     if storage:
         check_storage_url(storage)
+    done = _complete(run_dir, spec)
+    if done is not None:  # said before any engine starts, and none is started
+        why, result = done
+        say(f"study {spec.name} is complete ({why}): nothing left to run, no engine started")
+        return result
     try:
         chosen = _engine(engine, spec, scheduler, workers)
         say(f"starting the {chosen.name} engine")
@@ -148,6 +154,19 @@ def run(
             return controller.run()
     except EngineError as exc:  # resources no worker offers: name the file, as SpaceError does
         raise EngineError(f"{spec.source}: {exc}") from None
+
+
+def _complete(run_dir: RunDir, spec: StudySpec) -> tuple[str, StudyResult] | None:
+    """Why the study in ``run_dir`` has nothing left to run, and its results;
+    None for a new study or one with trials left."""
+    if not run_dir.study_file.exists():
+        return None
+    try:
+        store = run_dir.open_store(read_only=True)
+    except UsageError:  # no study in its store yet: the run creates it
+        return None
+    why = lifecycle.nothing_left(store, spec.max_trials)
+    return None if why is None else (why, StudyResult.from_store(store, spec.metric.name))
 
 
 class _Say:

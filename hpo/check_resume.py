@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError, closest
-from hpo.space import StudySpec
+from hpo.space import StudySpec, is_active, ordered
 from hpo.trial import Trial, reference_of, resolve_objective
 
 __all__ = ["add_command", "check_resume", "parse_config"]
@@ -101,7 +101,12 @@ def parse_config(text: str, spec: StudySpec) -> dict[str, Any]:
                 + (f'did you mean "{hint}"? ' if hint else "") + f"valid names: {', '.join(known)}")
     config = {**spec.fixed, **given}
     missing = []
-    for name, param in spec.params.items():
+    for name in ordered(spec.params):  # a condition's parameters first
+        param = spec.params[name]
+        if not is_active(param, config):  # a trial never gets it with these values
+            if name in given:
+                raise UsageError(_inactive(name, param, spec.source))
+            continue
         if name in config:
             continue
         values = param.grid_values() if param.is_finite else ()
@@ -114,6 +119,13 @@ def parse_config(text: str, spec: StudySpec) -> dict[str, Any]:
                          "  fix: give a value to each, e.g. one the study tried "
                          "(hpo status RUN_DIR --trial N shows a trial's parameters)")
     return config
+
+
+def _inactive(name: str, param: Any, source: str) -> str:
+    """Why ``--config`` may not give a conditional parameter its values leave out."""
+    condition = " and ".join(f"{parent} in {list(allowed)}" for parent, allowed in param.when)
+    return (f"--config: {name!r} is inactive with the values given: {source} uses it only when "
+            f"{condition}.\n  fix: drop {name!r} from --config, or give values that make it active")
 
 
 def check_resume(spec: StudySpec, config: dict[str, Any], suspend_at: int) -> str:

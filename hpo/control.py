@@ -27,6 +27,7 @@ from hpo.allocation import Allocator, make_allocator
 from hpo.data import remove_copies
 from hpo.engines import Engine, ReachesEveryWorker
 from hpo.errors import EngineLost, StopRequested, StoreUnavailable
+from hpo.fail_fast import FailFast
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
 from hpo.pruning import make_pruning
@@ -146,6 +147,8 @@ class Controller:
         deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(store)
+        failing = FailFast.of(store, parallel)  # the first trials all failing alike stop the study
+        misconfigured = False
         maximize = store.maximize
         # Trials an earlier run left suspended or lost go on first, from their checkpoints.
         leftovers = {w.number: w for w in (waiting_of(t, maximize) for t in lifecycle.unfinished(store))}
@@ -223,6 +226,8 @@ class Controller:
                     trial = store.trial(store.trial_id(trial))
                     state = status_of(trial)
                 tally.add(number, state, value, maximize)
+                if not stopping and failing.add(trial, state) and tally.counted < self.spec.max_trials:
+                    stopping = misconfigured = self._stop(store, {"reason": "same_failure"})
                 if not stopping and self._reached_target(state, trial.values):
                     stopping = self._stop(store, {"reason": "target", "trial": number, "value": value})
             if not stopping and time.monotonic() > deadline:
@@ -236,6 +241,8 @@ class Controller:
             lifecycle.stop_suspended(store, [w.trial_id for w in [*waiting.values(), *leftovers.values()]]
                                      + [c.trial_id for c in held if c.resume], store.stop() or {})
         progress.close()
+        if misconfigured:
+            raise failing.error(self.spec.source, self.run_dir.path, self.spec.metric.name)
 
     def _start_new(self, searcher: Searcher, room: int = 1) -> bool:
         """Submit up to ``room`` new proposed configurations (stored together
@@ -362,7 +369,10 @@ class _Tally:
         self.counted += 1
         self.failed += state in (TrialStatus.FAILED, TrialStatus.TIMEOUT)
         if state is TrialStatus.COMPLETE:
-            if self.best is None or (value > self.best[1] if maximize else value < self.best[1]):
+            # Ties go to the lower trial number, as in the leaderboard and the
+            # summary (StudyResult.best), whatever order trials finish in.
+            sign = -1.0 if maximize else 1.0
+            if self.best is None or (sign * value, number) < (sign * self.best[1], self.best[0]):
                 self.best = (number, value)
 
     def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:

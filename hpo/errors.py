@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = ["HpoError", "UsageError", "SpaceError", "EngineError", "EngineLost", "StoreUnavailable",
-           "closest"]
+           "SameFailure", "closest"]
 
 
 class HpoError(Exception):
@@ -72,11 +72,40 @@ class StoreUnavailable(HpoError):
     trial's failure; its message says why and what to do (exit 75)."""
 
 
+class SameFailure(UsageError):
+    """The first trials of a study all failed the same way (:mod:`hpo.fail_fast`):
+    the space or the objective is wrong; the study stopped (exit 2)."""
+
+
 class EngineError(UsageError):
     """The engine cannot run the study as asked (e.g. no worker has a GPU)."""
 
 
 def closest(word: str, candidates: Iterable[str]) -> str | None:
-    """The candidate closest to ``word``, for "did you mean" hints, or None."""
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    """The candidate closest to ``word``, for "did you mean" hints, or None.
+
+    Among the similar candidates, the fewest typing slips wins (a swapped
+    pair of letters is one slip), so a transposition beats a look-alike:
+
+    >>> closest("lgo", ["low", "high", "log", "step"]), closest("hgih", ["low", "high"])
+    ('log', 'high')
+    >>> closest("serach", ["search", "space"]), closest("zzz", ["low"]) is None
+    ('search', True)
+    """
+    similar = difflib.get_close_matches(word, list(candidates), n=10, cutoff=0.6)
+    # get_close_matches lists the most similar first: min keeps that order on ties.
+    return min(similar, key=lambda c: _slips(word.lower(), c.lower()), default=None)
+
+
+def _slips(a: str, b: str) -> int:
+    """Edits from ``a`` to ``b``: insertions, deletions, substitutions and
+    swaps of two neighbouring letters (optimal string alignment distance)."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]

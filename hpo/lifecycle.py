@@ -35,7 +35,8 @@ from hpo.store.records import (
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
 
 __all__ = [
-    "InFlight", "task_over", "await_live_trials", "fail_master_killers", "MASTER_DEATHS",
+    "InFlight", "task_over", "await_live_trials", "fail_master_killers", "MASTER_DEATHS", "nothing_left",
+    "saved_no_checkpoint", "NO_CHECKPOINT",
     "fallen_silent", "machine_fault", "never_started", "unfinished", "finished", "collect", "stop",
     "cancel_pending", "suspend_running", "stop_suspended", "resume_lost", "LOST_TASK_RETRIES",
 ]
@@ -109,6 +110,19 @@ def fail_master_killers(store: StudyStore) -> None:
         else:  # a warning, quiet or not
             print(f"hpo: trial {trial.number} was running inside the master when it ended "
                   "(--engine inline); running it again: a second time fails it", file=sys.stderr)
+
+
+def nothing_left(store: StudyStore, max_trials: int) -> str | None:
+    """Why a study has nothing left to run: its target was reached, or its
+    budget is used with no trial unfinished; None when something is left."""
+    stop = store.stop() or {}
+    if stop.get("reason") == "target":
+        return f"its target was reached by trial {stop.get('trial')}"
+    trials = store.trials()
+    if any(not status_of(t).is_finished for t in trials):
+        return None
+    counted = sum(1 for t in trials if status_of(t) is not TrialStatus.CANCELLED)
+    return f"all {counted} of its trials ran" if counted >= max_trials else None
 
 
 def never_started(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
@@ -241,24 +255,80 @@ def cancel_pending(store: StudyStore, engine: Engine, flights: Flights, why: str
 
 def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_name: str) -> None:
     """A clean stop: running trials checkpoint and suspend at their next
-    check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them."""
+    check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them.
+    A trial whose process is gone is not waited for; a second Ctrl-C
+    (KeyboardInterrupt) ends the wait at once. Either way, trials still
+    running are handed back: the next run resumes them from their checkpoints."""
     store.set_stop({"reason": signal_name, "resume": True})
     grace = stop_grace_s()
     cancel_pending(store, engine, flights, signal_name, hand_back=True)
     if flights:
+        again = "; Ctrl-C again exits at once" if signal_name == "SIGINT" else ""
         print(f"\nhpo: {signal_name}: letting {len(flights)} running trials checkpoint "
-              f"(up to {grace:g} s)", file=sys.stderr)
+              f"(up to {grace:g} s){again}", file=sys.stderr, flush=True)
     deadline = time.monotonic() + grace
-    while flights and time.monotonic() < deadline:
-        for number in finished(engine, flights, 0.2):
-            try:
-                engine.settle(flights.pop(number).handle)  # releases it: a draining worker waits for that
-            except Exception:
-                pass  # its trial's record is in the store either way
-    for flight in flights.values():
-        # Still running when the engine goes: lost with it, to be resumed
-        # from its checkpoint at once by the next run (no heartbeat to wait out).
-        store.abandon(flight.trial_id)
+    ended: list[int] = []
+    try:
+        while flights and time.monotonic() < deadline:
+            for number in finished(engine, flights, 0.2):
+                ended.append(flights[number].trial_id)
+                _release(engine, flights.pop(number).handle)  # a draining worker waits for that
+            for number in _gone(store, flights):  # nothing left to checkpoint: no wait
+                flight = flights.pop(number)
+                engine.cancel(flight.handle)  # not run again now: the next run resumes it
+                _hand_back(store, flight.trial_id)
+    finally:
+        for flight in flights.values():
+            # Still running when the engine goes: lost with it, to be resumed
+            # from its checkpoint at once by the next run (no heartbeat to wait out).
+            _hand_back(store, flight.trial_id)
+    unsaved = sorted(store.trial(t).number for t in ended if saved_no_checkpoint(store.trial(t)))
+    if unsaved:
+        print(f"hpo: trial(s) {', '.join(map(str, unsaved))} saved no checkpoint while they ran: "
+              f"{NO_CHECKPOINT}", file=sys.stderr)
+
+
+#: What a trial suspended without a checkpoint does next, and the fix.
+NO_CHECKPOINT = ("unless the objective goes on from trial.next_step by itself, the next run starts "
+                 "it again from the start (save with trial.save_checkpoint(state) and restore with "
+                 "trial.load_checkpoint(), or use hpo.keras.HpoCallback / hpo.torch.Training)")
+
+
+def saved_no_checkpoint(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether the trial is suspended after a segment that wrote nothing to
+    its checkpoint directory (its worker tells, hpo.trial._run)."""
+    return (status_of(trial) is TrialStatus.SUSPENDED
+            and run_of(trial).get("checkpoint_saved") is False)
+
+
+def _release(engine: Engine, handle: Any) -> None:
+    try:
+        engine.settle(handle)
+    except Exception:
+        pass  # its trial's record is in the store either way
+
+
+def _gone(store: StudyStore, flights: Flights) -> list[int]:
+    """In-flight trials with nothing left to wait for: ended in the store
+    (their task's end not heard of), or their attempt's process on this
+    host is gone (a worker killed)."""
+    gone = []
+    for number, flight in flights.items():
+        trial = store.trial(flight.trial_id)
+        if task_done(trial, flight.task.after_segment) or (
+                status_of(trial) is TrialStatus.RUNNING and _gone_from_here(trial)):
+            gone.append(number)
+    return gone
+
+
+def _hand_back(store: StudyStore, trial_id: int) -> None:
+    """Leave a trial the stop cut short to the next run (a trial that ended
+    meanwhile keeps its end)."""
+    if status_of(store.trial(trial_id)) is TrialStatus.RUNNING:
+        try:
+            store.abandon(trial_id)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # it ended just now: its end stands
 
 
 def stop_suspended(store: StudyStore, trial_ids: list[int], stop: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -231,15 +232,19 @@ class StudyResult:
 
     def table(self, limit: int | None = None) -> str:
         """A plain-text leaderboard, best configuration first; with ``limit``,
-        its first rows and a last line saying how many were left out."""
+        its first rows and a last line saying how many were left out. An
+        ``error`` column, cut to its first words, when a row shown has one."""
         names = sorted({k for t in self.trials for k in t.params})
         metrics = [m for m, _ in self.objectives] or [self.metric]
-        header = ["rank", "trial", "state", *metrics, "time_s", *names]
+        shown = self.ranked()[:limit]
+        errors = any(t.error for t in shown)
+        header = ["rank", "trial", "state", *metrics, "time_s", *names, *(["error"] if errors else [])]
         ranks = self.ranks()
         rows = [[format_value(ranks.get(t.number)), str(t.number), t.state.value,
                  *(format_value(v) for v in (t.values or [t.value] * len(metrics))),
-                 format_seconds(t.duration_s), *(_param_cell(t, n) for n in names)]
-                for t in self.ranked()[:limit]]
+                 format_seconds(t.duration_s), *(_param_cell(t, n) for n in names),
+                 *([_error_cell(t.error)] if errors else [])]
+                for t in shown]
         text = _text_table(header, rows)
         if len(rows) < len(self.trials):
             text += f"\n... {len(self.trials) - len(rows)} more trials not shown"
@@ -269,8 +274,9 @@ class StudyResult:
     def to_csv(self) -> str:
         """One row per trial; parameters and metrics in ``params.*`` and
         ``metrics.*`` columns, so their names never clash with the fixed ones."""
-        fixed = ["number", "state", "value", "host", "attempt", "started_at", "ended_at",
-                 "duration_s", "core_seconds", "gpu_seconds", "steps", "error", "traceback"]
+        fixed = ["number", "state", "value", "host", "attempt", "started_at", "started_iso",
+                 "ended_at", "ended_iso", "duration_s", "core_seconds", "gpu_seconds", "steps", "error",
+                 "traceback"]
         params = sorted({f"params.{k}" for t in self.trials for k in t.params})
         metrics = sorted({f"metrics.{k}" for t in self.trials for k in t.metrics})
         pareto = ([f"values.{m}" for m, _ in self.objectives] + ["pareto_rank", "pareto"]
@@ -280,7 +286,8 @@ class StudyResult:
         writer.writeheader()
         ranks = self.pareto_ranks()
         for t in self.ranked():
-            row = {**t.to_dict(), **self._pareto_fields(t, ranks)}
+            row = {**t.to_dict(), **self._pareto_fields(t, ranks),
+                   "started_iso": _iso(t.started_at), "ended_iso": _iso(t.ended_at)}
             row.update({f"values.{m}": v for (m, _), v in zip(self.objectives, t.values or [])})
             row.update({f"params.{k}": v for k, v in t.params.items()})
             row.update({f"metrics.{k}": v for k, v in t.metrics.items()})
@@ -296,9 +303,33 @@ class StudyResult:
 
 
 def _param_cell(trial: TrialRecord, name: str) -> str:
-    """A parameter's table cell: blank where the trial does not have it (a
-    conditional parameter left inactive by the others' values)."""
-    return format_value(trial.params[name]) if name in trial.params else ""
+    """A parameter's table cell: ``-`` where the trial does not have it (a
+    conditional parameter left inactive by the others' values), as for any
+    value a trial lacks; the CSV export leaves such cells empty."""
+    return format_value(trial.params.get(name))
+
+
+#: Characters of an error shown in a table row (``hpo status --trial N`` shows it all).
+ERROR_CELL_CHARS = 60
+
+
+def _error_cell(error: str | None) -> str:
+    """A table's error cell: its first line, cut to ``ERROR_CELL_CHARS``."""
+    if not error:
+        return "-"
+    line = error.splitlines()[0]
+    return line if len(line) <= ERROR_CELL_CHARS else line[:ERROR_CELL_CHARS - 3] + "..."
+
+
+def _iso(epoch: float | None) -> str | None:
+    """A time as ISO 8601 in UTC, to the millisecond (``2026-11-26T17:23:28.042+00:00``).
+
+    >>> _iso(0.5), _iso(None)
+    ('1970-01-01T00:00:00.500+00:00', None)
+    """
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
+from hpo.lifecycle import NO_CHECKPOINT, saved_no_checkpoint
 from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
 from hpo.store.records import ENDED_BY_ATTR, allocations_of, attr_of, grouped_attrs, profiles_of, run_of
@@ -44,7 +45,9 @@ def trial_details(run_dir: Path, number: int) -> str:
         _section("parameters", [f"{k} = {json.dumps(v)}" for k, v in sorted(record.params.items())]),
         _section("last metrics", [f"{k} = {format_number(v, 6)}" for k, v in sorted(record.metrics.items())]),
         _section(f"reports ({len(reports)} steps)", _report_table(reports)),
-        _section("events", [_event_line(e) for e in events]),
+        _section("events", [_event_line(e) for e in events]
+                 + ([f"note: it saved no checkpoint while it ran: {NO_CHECKPOINT}"]
+                    if saved_no_checkpoint(trial) else [])),
         _section("attempts", _attempt_lines(run_of(trial))),
         _section("allocations", [_allocation_line(a) for a in allocations_of(trial)]
                  + [_profile_line(g, p) for g, p in sorted(profiles_of(trial).items())]),

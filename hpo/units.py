@@ -12,20 +12,32 @@ __all__ = ["format_number", "format_value", "format_seconds", "format_resource_t
 
 
 def format_number(value: float, digits: int = 4) -> str:
-    """A metric value: ``digits`` significant digits, no exponent between
-    0.001 and 10**digits (``0.9722``, ``17.31``, ``12346``).
+    """A metric value: ``digits`` significant digits and no exponent
+    (``0.9722``, ``17.31``, ``12346``, ``0.000001848``), except beyond
+    ``_PLAIN`` either way, where the digits would not fit a column.
 
     >>> format_number(0.972222), format_number(17.3142), format_number(12345.6), format_number(-0.0)
     ('0.9722', '17.31', '12346', '0')
-    >>> format_number(3e-7), format_number(float("nan"))
-    ('3e-07', 'nan')
+    >>> format_number(1.848e-06), format_number(0.5), format_number(9.99996), format_number(float("nan"))
+    ('0.000001848', '0.5', '10', 'nan')
+    >>> format_number(3e-20), format_number(2.5e17)
+    ('3e-20', '2.5e+17')
     """
     if not math.isfinite(value):
         return str(value)
     value += 0.0  # -0.0 reads as 0
-    if 10 ** (digits - 1) <= abs(value) < 10 ** 15:
+    size = abs(value)
+    if size and not 1 / _PLAIN <= size < _PLAIN:
+        return f"{value:.{digits}g}"
+    if size >= 10 ** (digits - 1):
         return f"{value:.0f}"
-    return f"{value:.{digits}g}"
+    decimals = digits - 1 - math.floor(math.log10(size)) if size else 0
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# Numbers from 1e-15 up to 1e15 print without an exponent.
+_PLAIN = 1e15
 
 
 def format_value(value: object, digits: int = 4) -> str:

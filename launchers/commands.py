@@ -187,9 +187,11 @@ def _from_profile(args: argparse.Namespace, site: Site) -> str:
 
 def job_pythonpath(space: Path) -> list[str]:
     """The folders the job puts on PYTHONPATH: the space file's (an objective
-    module beside it) and the submit directory (the job's working directory)."""
-    folders = [str(space.resolve().parent), str(Path.cwd().resolve())]
-    return list(dict.fromkeys(folders))
+    module beside it) and the submit directory (the job's working directory),
+    as ``hpo run`` and ``hpo validate`` import the objective."""
+    from hpo.trial import objective_path
+
+    return objective_path(space)
 
 
 def _nodes_for(spec, engine: str, asked: int | None) -> int:

@@ -150,7 +150,8 @@ def test_status_leaves_out_rows_only_saying_so(mixed):
 def test_failed_trials_have_no_rank(mixed):
     rows = [line.split() for line in ok(run("status", mixed["run_dir"], "--all")).stdout.splitlines()]
     failed = [r for r in rows if len(r) > 2 and r[2] == "FAILED"]
-    assert failed == [["-", "7", "FAILED", "-", failed[0][4], "7"]]
+    # rank, trial, state, score, time_s, x, then the error column
+    assert failed == [["-", "7", "FAILED", "-", failed[0][4], "7", "ValueError:", "diverged", "at", "x=7"]]
     ranks = [r[0] for r in rows if len(r) > 2 and r[2] == "COMPLETE"]
     assert ranks == [str(i) for i in range(1, 25)]
 

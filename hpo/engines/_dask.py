@@ -128,7 +128,7 @@ class DaskEngine(Engine):
         return LocalCluster(
             n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address="127.0.0.1:0",  # a free port, this machine only
-            resources={"CPU": self.cpus},
+            resources={"CPU": self.cpus}, preload=[_PRELOAD],
         )
 
     def _local_gpu_cluster(self):
@@ -144,7 +144,7 @@ class DaskEngine(Engine):
             n_workers=1, threads_per_worker=max(1, min(self.workers or fit, fit)),
             processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
             resources={"GPU": len(ids), "CPU": CPU_COUNT},
-            env={"CUDA_VISIBLE_DEVICES": ",".join(ids)},
+            env={"CUDA_VISIBLE_DEVICES": ",".join(ids)}, preload=[_PRELOAD],
         )
 
     def _plan_resources(self) -> None:
@@ -324,6 +324,22 @@ class DaskEngine(Engine):
             logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
+
+
+# The embedded cluster's workers run this module's dask_setup as they start.
+_PRELOAD = __name__
+
+
+def dask_setup(worker) -> None:
+    """Ctrl-C is the master's: it stops the study cleanly (trials checkpoint
+    and suspend on workers that go on running them). The embedded cluster's
+    workers share the terminal's process group; without this, the terminal's
+    SIGINT would end each of them with a page of tracebacks."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _quiet_distributed() -> None:

@@ -286,10 +286,11 @@ class TrialLink:
         where known); its trial is resumed at once."""
         self._ask({"op": "give_up", "record": record, "event": list(event), "now": now})
 
-    def poll(self) -> Decision:
-        """The decision now, asked at most every 0.2 s (the last one between)."""
+    def poll(self, fresh: bool = False) -> Decision:
+        """The decision now, asked at most every 0.2 s (the last one between)
+        unless ``fresh``."""
         now = time.monotonic()
-        if now - self._polled >= FRESH_S:
+        if fresh or now - self._polled >= FRESH_S:
             self._polled = now
             self._ask({"op": "poll"})
         return self.decision

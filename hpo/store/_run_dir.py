@@ -173,6 +173,9 @@ class RunDir:
     def read(self) -> dict[str, Any]:
         """The ``study.json`` content; a clear error when this is no run directory
         or the file is damaged (not JSON, or without the study's record)."""
+        if self.path.is_file():  # a space file, often: its study's directory is meant
+            raise UsageError(f"{self.path}: a file, not a run directory.\n  fix: pass the "
+                             f"directory its study's results are in, {_run_dir_of(self.path)}")
         if not self.path.is_dir():
             raise UsageError(f"{self.path}: no such directory.\n{_RUN_DIR_FIX}")
         if not self.study_file.is_file():
@@ -278,6 +281,17 @@ def _open_read_only(url: str, place: Path,
         # SQLite's read-only mode: even a bug here could not write to the store.
         url = f"sqlite:///file:{path}?mode=ro&uri=true"
     return optuna.storages.RDBStorage(url, skip_compatibility_check=True, skip_table_creation=True)
+
+
+def _run_dir_of(space: Path) -> str:
+    """Where ``hpo run SPACE`` keeps its results by default: ``runs/`` and the
+    study's name (the space's ``"name"``, else the file's stem)."""
+    try:
+        name = json.loads(space.read_text(encoding="utf-8")).get("name")
+    except (OSError, ValueError, AttributeError):  # not a JSON object: no name to read
+        name = None
+    name = name if isinstance(name, str) and name else space.stem
+    return f"runs/{name} (runs/ and the study's name; another parent if it ran with --runs-dir)"
 
 
 def _get(spec: dict[str, Any], dotted: str) -> Any:

@@ -215,6 +215,9 @@ class RunRecord(TypedDict, total=False):
     stop_reason: str | None  # "stopped: <why>", "pruned", "patience", "suspended"
     timed_out: bool
     suspended: bool
+    # Suspended: whether the segment wrote to its checkpoint directory (False:
+    # it resumes from an older checkpoint, from trial.next_step, or from step 0).
+    checkpoint_saved: bool
     previous: list[AttemptRecord]
 
 

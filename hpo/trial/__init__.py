@@ -14,7 +14,9 @@ from hpo.store.records import TrialStatus
 from hpo.trial._handle import Trial
 from hpo.trial._local_stop import request_suspend, stop_grace_s, suspend_requested
 from hpo.trial._log import LOG_NAME, log_path
-from hpo.trial._objective import Objective, preflight, reference_of, resolve_objective
+from hpo.trial._objective import (
+    Objective, objective_path, preflight, reference_of, resolve_objective,
+)
 from hpo.trial._pulse import SILENT_HEARTBEATS, fell_silent, heartbeat_s
 from hpo.trial._run import open_trial, run_trial
 from hpo.trial._task import TrialOutcome, TrialTask
@@ -23,6 +25,6 @@ from hpo.trial._task import TrialOutcome, TrialTask
 TrialState = TrialStatus
 
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
-           "open_trial", "resolve_objective", "preflight", "reference_of", "Objective", "heartbeat_s",
+           "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
            "fell_silent", "SILENT_HEARTBEATS", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path"]

@@ -30,7 +30,7 @@ from hpo.trial._reaper import reaping
 from hpo.trial._task import TrialTask, assigned_gpus
 
 __all__ = ["AttemptResult", "TaskInterrupted", "runtime_interruptions", "run_here", "trial_for",
-           "classify", "size_of", "staging_record"]
+           "classify", "size_of", "checkpoint_files", "staging_record"]
 
 
 @dataclass
@@ -96,7 +96,7 @@ def run_follower(task: TrialTask, context: TrialContext, rank: int) -> None:
                   hosts=list(task.hosts) or _compss_hosts(), gpu_share=task.gpu_share, rank=rank,
                   data=StagedData(task.data, task.study_name) if task.data else None)
     with trial_log(task.checkpoint_dir, f"trial {task.number}, rank {rank}, pid {os.getpid()}"):
-        resolve_objective(task.objective)(dict(task.config), trial)
+        resolve_objective(task.objective, path=task.pythonpath)(dict(task.config), trial)
 
 
 def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
@@ -110,7 +110,8 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
         f", from step {earlier[-1][0] + 1}" if earlier else "")
     with trial_log(task.checkpoint_dir, header) as log:
         try:
-            objective = resolve_objective(task.objective)  # imports TensorFlow, if it uses it
+            # Imports TensorFlow, if it uses it; a module beside the space file too.
+            objective = resolve_objective(task.objective, path=task.pythonpath)
             with bind_cpus(task.cpus) as binding, \
                     reaping(spared=tracked_children(), own_process=not task.in_master):
                 result.binding = _binding_record(binding)
@@ -237,6 +238,20 @@ def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
         history=[sign * m[task.metric] for _, m in reports if task.metric in m],
         previous_loss=last.get("loss") if last.get("outcome") == TrialStatus.SUSPENDED.value else None,
         checkpoint_s=last.get("save_s", 0.0) + last.get("restore_s", 0.0))
+
+
+def checkpoint_files(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """Each checkpoint file in a trial's directory (its log aside) with its
+    inode, size and modification time: two calls differ when the objective saved."""
+    found = {}
+    for path in directory.rglob("*"):
+        try:
+            if path.name != LOG_NAME and path.is_file():
+                stat = path.stat()
+                found[str(path)] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        except OSError:  # replaced while listed (an atomic save): it changed
+            found[str(path)] = (-1, -1, -1)
+    return found
 
 
 def size_of(directory: Path) -> int:

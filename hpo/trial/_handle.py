@@ -78,7 +78,7 @@ class _StoreSide:
         signalled = suspend_requested()
         if signalled:  # this worker is leaving (SIGTERM); the next run goes on
             self.record("suspended", step, f"its worker was asked to stop ({signalled}); "
-                        "checkpointed, resumes on the next run")
+                        "it resumes on the next run from its last checkpoint, if it saves one")
             return "suspended"
         try:
             decision = self.link.poll()
@@ -88,14 +88,14 @@ class _StoreSide:
         stop = decision.stop
         if stop and stop.get("resume"):  # the master is leaving; the next run goes on
             self.record("suspended", step, f"the master was asked to stop ({stop['reason']}); "
-                        "checkpointed, resumes on the next run")
+                        "it resumes on the next run from its last checkpoint, if it saves one")
             return "suspended"
         if stop:
             self.record("stopped", step, f"the study stopped: {_describe_stop(stop)}")
             return f"stopped: {stop['reason']}"
         if self.resizable and decision.resize is not None:
             self.record("suspended", step, f"the rate allocation grows it to {decision.resize} "
-                        "GPU(s); checkpointed, resumes on them")
+                        "GPU(s); it resumes on them from its last checkpoint")
             return "suspended"
         if decision.prune:
             self.record("pruned", step, decision.prune)

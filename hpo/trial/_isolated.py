@@ -21,6 +21,7 @@ from pathlib import Path
 from hpo.store import TrialContext
 from hpo.trial._attempt import AttemptResult, TaskInterrupted, runtime_interruptions
 from hpo.trial._cpus import thread_environment
+from hpo.trial._objective import pythonpath
 from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
 from hpo.trial._reaper import descendants, end_processes
 from hpo.trial._task import TrialTask, device_environment
@@ -46,6 +47,8 @@ def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptR
         command = [sys.executable, "-m", "hpo.trial._child", str(task_file), str(result_file)]
         # Sized before any import; a process that initialised CUDA ignores later changes.
         env = {**os.environ, **thread_environment(task.cpus), **device_environment(task)}
+        if task.pythonpath:  # the objective's module, which a pickled objective names
+            env["PYTHONPATH"] = pythonpath(task.pythonpath)
         for name in RANK_VARIABLES:  # set in a job step's environment, it would make a follower
             env.pop(name, None)
         child = subprocess.Popen(command, start_new_session=True, env=env)

@@ -59,15 +59,27 @@ class _Tee:
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self._reader_gone = False
 
     def write(self, text: str) -> int:
         log = _logs.get(threading.get_ident())
         if log is not None and not log.closed:
             log.write(text)
-        return self._stream.write(text)
+        if self._reader_gone:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:  # `hpo run | tee` and tee gone (Ctrl-C): the log has it
+            self._reader_gone = True
+            return len(text)
 
     def flush(self) -> None:
-        self._stream.flush()
+        if self._reader_gone:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone = True
 
     def __getattr__(self, name: str):  # isatty, fileno, encoding...: the real stream's
         return getattr(self._stream, name)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from hpo.errors import SpaceError, UsageError
@@ -11,8 +14,38 @@ from hpo.errors import SpaceError, UsageError
 Objective = Callable[[dict, Any], Any]
 
 
-def resolve_objective(ref: str | Objective, source: str = "<objective>") -> Objective:
-    """The callable behind ``"package.module:function"`` (or ``ref`` itself).
+def objective_path(space: str | os.PathLike | None) -> list[str]:
+    """The folders an objective module is imported from before the installed
+    packages: the space file's folder (a module beside it), then the current
+    directory; absolute, so that a worker elsewhere finds the same ones. The
+    one rule of ``hpo validate``, ``run``, ``check-resume`` and ``submit``.
+
+    >>> objective_path("<dict>") == [str(Path.cwd().resolve())]
+    True
+    """
+    folders = [str(Path(space).resolve().parent)] if space and Path(space).is_file() else []
+    return list(dict.fromkeys([*folders, str(Path.cwd().resolve())]))
+
+
+def add_to_path(folders: Sequence[str]) -> None:
+    """Put ``folders`` first on this process's ``sys.path`` (each once).
+    Dask starts its worker processes with their parent's ``sys.path``; the
+    processes hpo starts itself get them on ``PYTHONPATH`` (see ``pythonpath``)."""
+    missing = [f for f in folders if f not in sys.path]
+    sys.path[:0] = missing
+
+
+def pythonpath(folders: Sequence[str]) -> str:
+    """A ``PYTHONPATH`` value: ``folders``, then this process's own PYTHONPATH."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([*folders, *inherited]))
+
+
+def resolve_objective(ref: str | Objective, source: str = "<objective>",
+                      path: Sequence[str] | None = None) -> Objective:
+    """The callable behind ``"package.module:function"`` (or ``ref`` itself),
+    imported with ``path`` first on ``sys.path`` (default: :func:`objective_path`
+    of the space file ``source``).
 
     COMPSs and Dask workers find the objective by importing it, so it travels
     as a reference, not as a pickled closure.
@@ -22,13 +55,15 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>") -> Obje
     """
     if callable(ref):
         return ref
+    add_to_path(objective_path(source) if path is None else path)
     module_name, _, attr = ref.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise SpaceError(
             source, "$.objective", f"cannot import module {module_name!r} of {ref!r}: {exc}",
-            "check the module path, and that its package is installed or on PYTHONPATH",
+            "check the module path: hpo imports it from the space file's folder, the "
+            "current directory, PYTHONPATH and the installed packages",
         ) from exc
     except (Exception, SystemExit) as exc:  # the module's own code failed (SystemExit: argparse at import)
         raise SpaceError(

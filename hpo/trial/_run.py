@@ -27,10 +27,11 @@ from hpo.store.records import (
     segment_record, start_run,
 )
 from hpo.trial._attempt import (
-    AttemptResult, TaskInterrupted, classify, run_here, size_of, trial_for,
+    AttemptResult, TaskInterrupted, checkpoint_files, classify, run_here, size_of, trial_for,
 )
 from hpo.trial._handle import Trial
 from hpo.trial._isolated import run_isolated
+from hpo.trial._local_stop import suspend_requested
 from hpo.trial._pulse import beating
 from hpo.trial._task import TrialOutcome, TrialTask, gpu_total, where
 
@@ -66,6 +67,7 @@ def open_trial(task: TrialTask) -> Trial:
 
 def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
                  context: TrialContext) -> TrialOutcome:
+    saved_before = checkpoint_files(Path(task.checkpoint_dir))
     while True:
         try:
             with beating(link):
@@ -87,6 +89,13 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
                      "resumed from its checkpoint)")
             return TrialOutcome(task.number, TrialStatus.RUNNING)
         state, value = classify(result, task.metric, task.objectives)
+        if state is TrialStatus.FAILED and _interrupted(link):
+            # It failed while the study was being stopped (Ctrl-C: a closed
+            # pipe, a killed helper process): never the trial's failure.
+            _give_up(link, task, _end_record(run, result, task, suspended=False),
+                     f"{result.error['type']}: {result.error['message']} (while the study was "
+                     "stopping: resumed from its checkpoint on the next run)")
+            return TrialOutcome(task.number, TrialStatus.RUNNING)
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
         run = _retry(link, task, run, result)  # user code failed: again, from its checkpoint
@@ -97,6 +106,8 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
         segment = (segment_key(run["segment"]), {
             **segment_record(run, result.steps, state), **(result.quantum or {}),
             "checkpoint_bytes": size_of(Path(task.checkpoint_dir))})
+    if state is TrialStatus.SUSPENDED:  # whether "resumes from its checkpoint" is true
+        run["checkpoint_saved"] = checkpoint_files(Path(task.checkpoint_dir)) != saved_before
     values = None if value is None else value if isinstance(value, list) else [value]
     ended = link.end(state, values, run, segment)
     if state is TrialStatus.SUSPENDED:
@@ -116,6 +127,18 @@ def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
             raise
         return AttemptResult(timed_out=True, error={
             "type": interruption.kind, "message": "the engine ended the task at its time_out"})
+
+
+def _interrupted(link: TrialLink) -> bool:
+    """Whether this attempt's process or its study is being stopped, to be
+    resumed (a signal to the worker, or to the master): asked afresh."""
+    if suspend_requested():
+        return True
+    try:
+        stop = link.poll(fresh=True).stop
+    except Exception:  # the relay refused or is gone: not evidence of a stop
+        return False
+    return bool(stop and stop.get("resume"))
 
 
 def _caught_up(context: TrialContext, started: dict[str, Any]) -> TrialContext:

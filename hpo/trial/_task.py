@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from hpo.store import RunDir, TrialContext, context_of
 from hpo.store.records import TrialStatus
 from hpo.scheduling import QuantumRule
-from hpo.trial._objective import Objective
+from hpo.trial._objective import Objective, objective_path
 
 if TYPE_CHECKING:
     from hpo.allocation import Placement, TrialShape
@@ -87,6 +87,9 @@ class TrialTask:
     in_master: bool = False
     # The study's data section: what trial.data_path stages on the node.
     data: "DataSection | None" = None
+    # Folders the objective module is imported from first (objective_path:
+    # the space file's folder and the master's current directory).
+    pythonpath: tuple[str, ...] = ()
 
     @classmethod
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
@@ -119,7 +122,7 @@ class TrialTask:
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=shape.time_limit_s is not None or shape.gpus > 0,
             control=str(run_dir.control_file), context=context or context_of(None), master=master,
-            data=spec.data,
+            data=spec.data, pythonpath=tuple(objective_path(spec.source)),
         )
 
 
