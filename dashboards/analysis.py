@@ -1,4 +1,5 @@
-"""Parameter analysis: importance, slice plots, and a two-parameter contour.
+"""Parameter analysis: slice plots and a two-parameter contour (importance is
+in :mod:`hpo.dashboards.importance`, re-exported here).
 
 Pure functions from a snapshot to a figure, memoised per snapshot, like the
 views in :mod:`hpo.dashboards.figures`. Each uses the completed trials with a
@@ -11,8 +12,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -20,20 +19,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, TrialView
-from hpo.dashboards.figures import completed, sample, sampled_note
+from hpo.dashboards.importance import MIN_IMPORTANCE_TRIALS, import_importance, importance
+from hpo.dashboards.sampling import completed, sample, sampled_note
 from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
 
-__all__ = ["importance", "import_importance", "slices", "contour", "Axis", "axis_of", "MIN_IMPORTANCE_TRIALS"]
+__all__ = ["importance", "import_importance", "slices", "contour", "Axis", "axis_of", "axis_layout",
+           "pair", "usable", "MIN_IMPORTANCE_TRIALS"]
 
-# Fewer than this and nothing can be said; up to ~30 it is a rough hint, and
-# the whiskers say so.
-MIN_IMPORTANCE_TRIALS = 4
-# fANOVA (16 trees) takes about 0.7 s per 100 trials: a few resamples of a
-# sample keep a 100,000-trial study near 2 s; small studies get more resamples,
-# where the uncertainty is what matters.
-MAX_IMPORTANCE_TRIALS = 120
-RESAMPLES = 6
-RESAMPLES_MANY = 3  # beyond 60 trials the spread is small
 MAX_SLICE_POINTS = 800  # per panel, SVG
 MAX_CONTOUR_POINTS = 300  # drawn over the contour, which bins every trial
 MAX_SLICES = 12
@@ -66,7 +58,7 @@ def axis_of(snap: Snapshot, name: str, trials: list[TrialView]) -> Axis:
     return Axis(name, "category", np.array([index[str(v)] for v in raw], float), labels)
 
 
-def _axis_layout(axis: Axis) -> dict[str, Any]:
+def axis_layout(axis: Axis) -> dict[str, Any]:
     if axis.kind == "category":
         return {"type": "linear", "tickmode": "array", "tickvals": list(range(len(axis.labels))),
                 "ticktext": [plain(x, 16) for x in axis.labels],
@@ -75,82 +67,9 @@ def _axis_layout(axis: Axis) -> dict[str, Any]:
             "autorange": True}
 
 
-def _usable(snap: Snapshot) -> list[TrialView]:
+def usable(snap: Snapshot) -> list[TrialView]:
     """Completed trials with parameters and a finite value, best first."""
     return [t for t in completed(snap) if t.params and math.isfinite(t.value)]
-
-
-def _sample(snap: Snapshot, limit: int) -> list[TrialView]:
-    return sample(_usable(snap), limit)
-
-
-# ------------------------------------------------------------------ importance
-
-@functools.lru_cache(maxsize=4)
-def importance(snap: Snapshot) -> go.Figure:
-    """Optuna's fANOVA importance, averaged over bootstrap resamples of the
-    trials; the whiskers (one standard deviation) say how sure it is."""
-    title = "Parameter importance (Optuna fANOVA: share of the metric's variance)"
-    done = [t for t in completed(snap) if t.params and math.isfinite(t.value)]
-    if len(done) < MIN_IMPORTANCE_TRIALS:
-        return message_figure(title, f"Parameter importance needs at least {MIN_IMPORTANCE_TRIALS} "
-                              f"completed trials; {len(done)} so far.")
-    chosen = _sample(snap, MAX_IMPORTANCE_TRIALS)
-    try:
-        resamples = RESAMPLES if len(chosen) <= 60 else RESAMPLES_MANY
-        runs = [_fanova(chosen, snap.direction, seed) for seed in range(resamples)]
-    except (ValueError, RuntimeError, TypeError, ZeroDivisionError) as exc:
-        return message_figure(title, f"Importance cannot be computed for this study: {exc}")
-    names = sorted({n for run in runs for n in run}, key=lambda n: np.mean([r.get(n, 0.0) for r in runs]))
-    if not names:
-        return message_figure(title, "No parameter varies among the completed trials.")
-    mean = [float(np.mean([r.get(n, 0.0) for r in runs])) for n in names]
-    spread_ = [float(np.std([r.get(n, 0.0) for r in runs])) for n in names]
-    used = f"{len(chosen)} of {len(done)}" if len(chosen) < len(done) else f"{len(done)}"
-    caution = "; few trials: read it as a rough hint" if len(done) < 30 else ""
-    note = (f"{used} completed trials; bars: mean of {resamples} bootstrap resamples, whiskers: "
-            f"one standard deviation{caution}")
-    return go.Figure(go.Bar(
-        x=mean, y=[plain(n) for n in names], orientation="h", marker_color="#1f77b4",
-        error_x={"type": "data", "array": spread_, "color": "#333"},
-        customdata=spread_, hovertemplate="%{y}: %{x:.3f} ± %{customdata:.3f}<extra></extra>"),
-        layout=base_layout(f"{title}<br><sup>{note}</sup>", xaxis_title="importance",
-                           xaxis_rangemode="tozero", height=max(300, 100 + 40 * len(names))))
-
-
-def import_importance() -> None:
-    """Import optuna.importance (it pulls scikit-learn in: a second, so only
-    when drawn or warmed up), one thread at a time: a thread that imports a
-    module another thread is importing can see it half-initialised."""
-    with _IMPORTING:
-        import optuna.importance  # noqa: F401
-
-
-_IMPORTING = threading.Lock()
-
-
-def _fanova(trials: list[TrialView], direction: str, seed: int) -> dict[str, float]:
-    """fANOVA importances on a bootstrap resample (the first run uses every trial once)."""
-    import optuna
-
-    import_importance()
-
-    rng = np.random.default_rng(seed)
-    chosen = trials if seed == 0 else [trials[i] for i in rng.integers(0, len(trials), len(trials))]
-    frozen = [optuna.trial.create_trial(params=t.params, distributions=t.distributions,
-                                        value=t.value) for t in chosen]
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
-    try:
-        study = optuna.create_study(direction=direction)  # in memory: the store stays untouched
-    finally:
-        optuna.logging.set_verbosity(verbosity)
-    study.add_trials(frozen)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        evaluator = optuna.importance.FanovaImportanceEvaluator(n_trees=16, seed=seed)
-        scores = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
-    return {name: float(score) for name, score in scores.items() if math.isfinite(score)}
 
 
 # ------------------------------------------------------------------ slices
@@ -159,8 +78,8 @@ def _fanova(trials: list[TrialView], direction: str, seed: int) -> dict[str, flo
 def slices(snap: Snapshot) -> go.Figure:
     """The metric against each parameter, one panel each, coloured by trial number."""
     title = f"Slices: {plain(snap.metric)} against each parameter"
-    usable = _usable(snap)
-    trials = sample(usable, MAX_SLICE_POINTS)
+    done = usable(snap)
+    trials = sample(done, MAX_SLICE_POINTS)
     names = snap.param_names[:MAX_SLICES]
     if not trials or not names:
         return message_figure(title, "Needs a completed trial with parameters.")
@@ -185,9 +104,9 @@ def slices(snap: Snapshot) -> go.Figure:
                     "showscale": i == 0, "colorbar": {"title": {"text": "trial"}}},
             hovertemplate=f"trial %{{customdata}}<br>{plain(name)}=%{{text}}<br>%{{y:.6g}}<extra></extra>"),
             row=row, col=col)
-        fig.update_xaxes(row=row, col=col, **{k: v for k, v in _axis_layout(axis).items() if v is not None})
+        fig.update_xaxes(row=row, col=col, **{k: v for k, v in axis_layout(axis).items() if v is not None})
     fig.update_yaxes(title_text=plain(snap.metric), row=1, col=1)
-    note = sampled_note(len(trials), len(usable))
+    note = sampled_note(len(trials), len(done))
     fig.update_layout(base_layout(title + (f"<br><sup>{note}</sup>" if note else ""), height=max(360, 80 + 300 * rows),
                                   updatemenus=[_y_menu(rows, cols)]))
     return fig
@@ -202,23 +121,27 @@ def _y_menu(rows: int, cols: int) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ contour
 
-@functools.lru_cache(maxsize=4)
-def contour(snap: Snapshot) -> go.Figure:
+@functools.lru_cache(maxsize=8)
+def contour(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Figure:
     """The metric over two parameters: the mean of every completed trial in
     each cell of a grid, with a sample of the trials (best included) as points
-    over it; a menu picks the pair."""
+    over it. ``x`` and ``y`` name the pair (the dashboard's axis pickers);
+    without them a menu in the figure picks among the pairs of the first
+    parameters (the static report)."""
     title = f"Contour: {plain(snap.metric)} over two parameters"
-    usable = _usable(snap)
-    names = snap.param_names[:MAX_CONTOUR_PARAMS]
-    if len(names) < 2 or len(usable) < 3:
+    done = usable(snap)
+    chosen = pair(snap.param_names, x, y)
+    if chosen is None or len(done) < 3:
         return message_figure(title, "Needs two parameters and three completed trials.")
-    values = np.fromiter((t.value for t in usable), float, len(usable))
-    shown = _sample_index(len(usable), MAX_CONTOUR_POINTS)
-    axes = {n: axis_of(snap, n, usable) for n in names}
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    note = f"colour: mean of the {len(usable)} completed trials in each cell"
-    if len(shown) < len(usable):
-        note += f"; points: {sampled_note(len(shown), len(usable))}"
+    names = snap.param_names[:MAX_CONTOUR_PARAMS]
+    pairs = [chosen] if x is not None and y is not None else \
+        [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    values = np.fromiter((t.value for t in done), float, len(done))
+    shown = _sample_index(len(done), MAX_CONTOUR_POINTS)
+    axes = {n: axis_of(snap, n, done) for n in dict.fromkeys(n for p in pairs for n in p)}
+    note = f"colour: mean of the {len(done)} completed trials in each cell"
+    if len(shown) < len(done):
+        note += f"; points: {sampled_note(len(shown), len(done))}"
     fig = go.Figure(layout=base_layout(f"{title}<br><sup>{note}</sup>", height=560))
     buttons = []
     for k, (a, b) in enumerate(pairs):
@@ -226,16 +149,31 @@ def contour(snap: Snapshot) -> go.Figure:
             fig.add_trace(trace)
         visible = [j // 2 == k for j in range(2 * len(pairs))]
         layout = {"xaxis.title.text": plain(a), "yaxis.title.text": plain(b),
-                  **{f"xaxis.{key}": v for key, v in _axis_layout(axes[a]).items()},
-                  **{f"yaxis.{key}": v for key, v in _axis_layout(axes[b]).items()}}
+                  **{f"xaxis.{key}": v for key, v in axis_layout(axes[a]).items()},
+                  **{f"yaxis.{key}": v for key, v in axis_layout(axes[b]).items()}}
         buttons.append({"label": plain(f"{short(a, 20)} × {short(b, 20)}"), "method": "update",
                         "args": [{"visible": visible}, layout]})
         if k == 0:
-            fig.update_layout(xaxis={"title": {"text": plain(a)}, **_axis_layout(axes[a])},
-                              yaxis={"title": {"text": plain(b)}, **_axis_layout(axes[b])})
+            fig.update_layout(xaxis={"title": {"text": plain(a)}, **axis_layout(axes[a])},
+                              yaxis={"title": {"text": plain(b)}, **axis_layout(axes[b])})
     if len(pairs) > 1:
         fig.update_layout(updatemenus=[menu(buttons, direction="down")])
     return fig
+
+
+def pair(names: list[str], x: str | None, y: str | None) -> tuple[str, str] | None:
+    """The pair of ``names`` to draw: ``x`` and ``y`` when both are among them
+    and differ, else the first two (keeping a valid ``x`` or ``y``); None
+    when there are fewer than two."""
+    if len(names) < 2:
+        return None
+    if x in names and y in names and x != y:
+        return x, y
+    if x in names:
+        return x, next(n for n in names if n != x)
+    if y in names:
+        return next(n for n in names if n != y), y
+    return names[0], names[1]
 
 
 def _sample_index(count: int, limit: int) -> np.ndarray:

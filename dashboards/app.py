@@ -3,22 +3,27 @@
 Every ``refresh_s`` seconds the page asks the server whether the store
 changed (a stat of the journal); only then is the snapshot re-read, and only
 the visible tab is redrawn. The leaderboard is sorted, filtered and paged on
-the server, so the browser receives one page of rows.
+the server, so the browser receives one page of rows. Several studies are
+served by one app: a picker chooses the one shown, and a tab compares them.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dash_table, dcc, html
+from dash import Input, Output, State, ctx, dash_table, dcc, html
 
-from hpo.dashboards import leaderboard, trial_page
-from hpo.dashboards.analysis import import_importance
-from hpo.dashboards.data import StoreReader
-from hpo.dashboards.views import ALLOCATION, PARETO, VIEWS, summary, views_of
+from hpo.dashboards import compare, leaderboard, parallel, studies, trial_page
+from hpo.dashboards.data import Snapshot, StoreReader
+from hpo.dashboards.importance import import_importance
+from hpo.dashboards.views import (
+    COMPARE, GROUPS, LEADERBOARD, RESULTS, TRIAL, draw, picked, summary, tab_rows, view_of,
+)
+from hpo.store.records import TrialStatus
 
 __all__ = ["make_app", "PAGE_SIZE"]
 
@@ -27,15 +32,86 @@ _GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 # A live refresh re-draws the open view; Dash's default hides it until the new
 # one arrives, so a slow refresh blanked the page under the reader's eyes.
 _STILL_SHOWN = {"visibility": "visible", "opacity": 0.6}
+_HIDDEN, _SHOWN = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
+_STATES = [s.value for s in TrialStatus]
+# Tabs as wide as their labels (Dash shares the row out equally and cuts them).
+_TAB = {"flex": "0 0 auto", "padding": "6px 14px", "lineHeight": "20px", "whiteSpace": "nowrap"}
+_TAB_SELECTED = {**_TAB, "fontWeight": "bold"}
+_GROUP = {"width": "6.5em", "flex": "0 0 auto", "color": "#555", "fontSize": 13,
+          "textTransform": "uppercase", "letterSpacing": "0.04em"}
 
 
-def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
-    """The dashboard of the study ``reader`` reads. The page's frame comes from
-    the study's settings, so it is served while the store is still being read;
-    the callbacks that fill it wait for the read."""
-    snap = reader.outline()
-    app = dash.Dash(__name__, title=f"hpo: {snap.name}", update_title=None,
-                    serve_locally=True)  # no CDN: compute clusters have no internet
+def make_app(readers: StoreReader | Sequence[StoreReader], refresh_s: float = 5.0) -> dash.Dash:
+    """The dashboard of the studies ``readers`` read (one, or several with a
+    picker). The page's frame comes from the studies' settings, so it is
+    served while the stores are still being read; the callbacks that fill it
+    wait for the read."""
+    readers = [readers] if isinstance(readers, StoreReader) else list(readers)
+    outlines = [r.outline() for r in readers]
+    names = studies.labels([o.name for o in outlines], [r.run_dir.path for r in readers])
+    snap = outlines[0]
+    title = f"hpo: {snap.name}" if len(readers) == 1 else f"hpo: {len(readers)} studies"
+    app = dash.Dash(__name__, title=title, update_title=None,
+                    serve_locally=True,  # no CDN: compute clusters have no internet
+                    suppress_callback_exceptions=True)  # the graphs come and go with their tabs
+    picker = html.Div(id="study-row", style={"margin": "0.3em 0"} if len(readers) > 1 else _HIDDEN,
+                      children=[html.Label(["Study ", dcc.Dropdown(
+                          id="study", options=[{"label": n, "value": str(i)} for i, n in enumerate(names)],
+                          value="0", clearable=False, style={"width": "32em", "display": "inline-block",
+                                                             "verticalAlign": "middle"})])])
+    app.layout = html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 1em"}, children=[
+        html.H2(f"hpo: {snap.name}", id="title", style={"marginBottom": "0.2em"}),
+        picker,
+        html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
+        dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
+        dcc.Store(id="version"), dcc.Store(id="tab", data=LEADERBOARD), dcc.Store(id="brush", data={}),
+        # The frame's tabs, so a first read that finds the same ones redraws none.
+        dcc.Store(id="tab-keys", data=_keys(tab_rows(snap, len(readers)))),
+        html.Nav(id="tab-rows", children=_tab_rows(snap, len(readers))),
+        _board(snap),
+        html.Div(id="trial-picker", style=_HIDDEN, children=[html.Label([
+            "Trial number ", dcc.Input(id="trial-number", type="number", min=0, step=1, debounce=True,
+                                       style={"width": "7em"})])]),
+        _axis_picker(),
+        dcc.Loading(html.Div(id="view"), delay_show=300, overlay_style=_STILL_SHOWN),
+    ])
+    _wire(app, readers, names)
+    return app
+
+
+def _tab_rows(snap: Snapshot, count: int) -> list[html.Div]:
+    """A row of tabs per group, its name on the left: every view one click
+    away, and no row long enough to wrap."""
+    rows = []
+    for group, tabs in tab_rows(snap, count):
+        value = LEADERBOARD if group == RESULTS else _none(group)
+        rows.append(html.Div(className="tab-row", style={"display": "flex", "alignItems": "center"},
+                             children=[html.Span(group, className="tab-group", style=_GROUP),
+                                       dcc.Tabs(id=_tabs_id(group), value=value, children=_tabs(tabs),
+                                                style={"flex": "1 1 auto"})]))
+    return rows
+
+
+def _keys(rows: list[tuple[str, list[tuple[str, str]]]]) -> list[list[str]]:
+    return [[key for key, _ in tabs] for _, tabs in rows]
+
+
+def _tabs(tabs: list[tuple[str, str]]) -> list[dcc.Tab]:
+    return [dcc.Tab(label=label, value=key, style=_TAB, selected_style=_TAB_SELECTED)
+            for key, label in tabs]
+
+
+def _tabs_id(group: str) -> str:
+    return f"tabs-{group.lower()}"
+
+
+def _none(group: str) -> str:
+    """The value of a row whose tabs are all unselected (Dash would select its first)."""
+    return f"none-{group.lower()}"
+
+
+def _board(snap: Snapshot) -> html.Div:
+    """The leaderboard, its state filter, selection note and CSV downloads."""
     table = dash_table.DataTable(
         id="leaderboard", columns=list(leaderboard.columns(snap)), data=[],
         page_action="custom", page_current=0, page_size=PAGE_SIZE,
@@ -53,94 +129,203 @@ def make_app(reader: StoreReader, refresh_s: float = 5.0) -> dash.Dash:
              "color": colour} for state, colour in (("FAILED", "#d62728"), ("TIMEOUT", "#9467bd"),
                                                     ("PRUNED", "#ff7f0e"))],
     )
-    # The tabs only choose; the active view is built into "view" on the server
-    # and arrives with its figure (no hidden graphs waiting for an update).
-    tabs = [dcc.Tab(label="Leaderboard", value="leaderboard")]
-    tabs += [dcc.Tab(label=v.label, value=v.key) for v in views_of(snap)]
-    tabs.append(dcc.Tab(label="Trial", value="trial"))
-    board = html.Div(id="board", children=[
+    button = {"marginLeft": "0.6em", "fontSize": 13}
+    return html.Div(id="board", children=[
         html.P("Every trial, best first. Click a header to sort (shift-click for several), "
                "type in the row under it to filter (e.g. > 0.9, adam, FAILED); click a row to "
                "open its trial.", className="what"),
+        html.Div(style={"display": "flex", "flexWrap": "wrap", "alignItems": "center", "gap": "0.4em"},
+                 children=[
+                     html.Span("States shown:", style={"color": "#555"}),
+                     dcc.Checklist(id="states", options=[], value=_STATES, inline=True,
+                                   inputStyle={"marginRight": "0.25em"},
+                                   labelStyle={"marginRight": "0.9em"}),
+                     html.Span(style={"flex": "1 1 auto"}),
+                     html.Button("CSV: every trial (as hpo export)", id="csv-all", style=button),
+                     html.Button("CSV: the rows shown", id="csv-shown", style=button),
+                     dcc.Download(id="download")]),
+        html.Div(id="brush-note", style=_HIDDEN, children=[
+            html.Span(id="brush-text"),
+            html.Button("Clear the selection", id="brush-clear", style={"marginLeft": "0.6em"})]),
         html.Div(id="filter-message", role="alert", style={"color": "#d62728", "minHeight": "1.2em"}),
         table])
-    picker = html.Div(id="trial-picker", style={"display": "none", "margin": "0.6em 0"}, children=[
-        html.Label(["Trial number ", dcc.Input(id="trial-number", type="number", min=0, step=1,
-                                               debounce=True, style={"width": "7em"})])])
-    app.layout = html.Div(style={"fontFamily": "system-ui, sans-serif", "margin": "0 1em"}, children=[
-        html.H2(f"hpo: {snap.name}", style={"marginBottom": "0.2em"}),
-        html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
-        dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
-        dcc.Store(id="version"),
-        dcc.Tabs(id="tabs", value="leaderboard", children=tabs),
-        board,
-        picker,
-        dcc.Loading(html.Div(id="view"), delay_show=300, overlay_style=_STILL_SHOWN),
-    ])
-    _wire(app, reader)
-    return app
 
 
-def _wire(app: dash.Dash, reader: StoreReader) -> None:
+def _axis_picker() -> html.Div:
+    drop = {"width": "16em", "display": "inline-block", "verticalAlign": "middle"}
+    return html.Div(id="axis-picker", style=_HIDDEN, children=[
+        html.Label(["x axis ", dcc.Dropdown(id="axis-x", clearable=False, style=drop)],
+                   style={"marginRight": "1.5em"}),
+        html.Label(["y axis ", dcc.Dropdown(id="axis-y", clearable=False, style=drop)])])
+
+
+def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
+    def reader(study: str | None) -> StoreReader:
+        return readers[int(study or 0)]
+
     @app.callback(Output("version", "data"), Output("summary", "children"),
-                  Input("tick", "n_intervals"), State("version", "data"))
-    def _poll(_: Any, known: str | None):
-        snap = reader.snapshot()  # re-reads only when the store's files changed
-        text = summary(snap)
-        return (dash.no_update if snap.version == known else snap.version), text
+                  Output("title", "children"), Output("states", "options"),
+                  Input("tick", "n_intervals"), Input("study", "value"),
+                  State("version", "data"), State("tab", "data"))
+    def _poll(_: Any, study: str | None, known: str | None, tab: str | None):
+        snap = reader(study).snapshot()  # re-reads only when the store's files changed
+        version = f"{study}:{snap.version}"
+        if tab == COMPARE:  # the other studies' news too
+            version += "".join(f"|{r.snapshot().version}" for r in readers)
+        options = [{"label": f"{state} {n}", "value": state}
+                   for state, n in leaderboard.state_counts(snap)]
+        return (dash.no_update if version == known else version), summary(snap), \
+            f"hpo: {snap.name}", options
+
+    @app.callback(*[Output(_tabs_id(g), "children") for g in GROUPS], Output("tab-keys", "data"),
+                  Input("version", "data"), State("study", "value"), State("tab-keys", "data"),
+                  prevent_initial_call=True)
+    def _rows(_: Any, study: str | None, known: list | None):
+        rows = tab_rows(reader(study).snapshot(), len(readers))
+        keys = _keys(rows)
+        if keys == known:
+            return (*[dash.no_update] * len(rows), dash.no_update)
+        return (*[_tabs(tabs) for _, tabs in rows], keys)
+
+    @app.callback(*[Output(_tabs_id(g), "value") for g in GROUPS], Output("tab", "data"),
+                  Output("trial-number", "value"),
+                  *[Input(_tabs_id(g), "value") for g in GROUPS],
+                  Input("leaderboard", "active_cell"), State("tab", "data"),
+                  prevent_initial_call=True)
+    def _select(*args: Any):
+        *values, cell, current = args
+        number = dash.no_update
+        if ctx.triggered_id == "leaderboard":
+            if not cell or cell.get("row_id") is None:
+                return (*[dash.no_update] * len(GROUPS), dash.no_update, dash.no_update)
+            chosen, number = TRIAL, int(cell["row_id"])
+        else:
+            chosen = values[[_tabs_id(g) for g in GROUPS].index(ctx.triggered_id)]
+            if chosen is None or chosen.startswith("none-"):
+                chosen = current or LEADERBOARD
+        group = _group_of(chosen)
+        return (*[chosen if g == group else _none(g) for g in GROUPS], chosen, number)
 
     @app.callback(Output("view", "children"), Output("board", "style"),
-                  Output("trial-picker", "style"),
-                  Input("tabs", "value"), Input("version", "data"), Input("trial-number", "value"))
-    def _show(tab: str, _: Any, number: int | None):
-        hidden, shown = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
-        if tab == "trial":
-            return trial_page.page(reader.snapshot(), number), hidden, shown
-        view = next((v for v in (PARETO, *VIEWS, ALLOCATION) if v.key == tab), None)
+                  Output("trial-picker", "style"), Output("axis-picker", "style"),
+                  Output("axis-x", "options"), Output("axis-x", "value"),
+                  Output("axis-y", "options"), Output("axis-y", "value"),
+                  Input("tab", "data"), Input("version", "data"), Input("trial-number", "value"),
+                  Input("axis-x", "value"), Input("axis-y", "value"),
+                  State("study", "value"), State("brush", "data"))
+    def _show(tab: str | None, _: Any, number: int | None, x: str | None, y: str | None,
+              study: str | None, brush: dict | None):
+        keep = (dash.no_update,) * 4
+        if tab == TRIAL:
+            return (trial_page.page(reader(study).snapshot(), number), _HIDDEN, _SHOWN, _HIDDEN, *keep)
+        if tab == COMPARE:
+            figure = compare.compare(tuple(r.snapshot() for r in readers), tuple(names))
+            return ([html.P(_COMPARED, className="what"), _graph(COMPARE, figure)],
+                    _HIDDEN, _HIDDEN, _HIDDEN, *keep)
+        view = view_of(tab or "")
         if view is None:
-            return [], {"display": "block"}, hidden
-        figure = view.figure(reader.snapshot())  # memoised per snapshot: tab switches are cheap
-        return [html.P(view.what, className="what"),
-                dcc.Graph(id=f"graph-{view.key}", figure=figure, config=_GRAPH_CONFIG)], \
-            hidden, hidden
+            return [], {"display": "block"}, _HIDDEN, _HIDDEN, *keep
+        snap = reader(study).snapshot()
+        x, y = picked(view, snap, x, y)
+        figure = draw(view, snap, x, y, _ranges(brush, study))  # memoised per snapshot
+        shown = [html.P(view.what, className="what"), _graph(view.key, figure)]
+        if view.axes is None:
+            return shown, _HIDDEN, _HIDDEN, _HIDDEN, *keep
+        options = [{"label": n, "value": n} for n in view.axes(snap)]
+        return shown, _HIDDEN, _HIDDEN, _SHOWN, options, x, options, y
 
-    @app.callback(Output("tabs", "value"), Output("trial-number", "value"),
-                  Input("leaderboard", "active_cell"), prevent_initial_call=True)
-    def _open_trial(cell: dict | None):
-        if not cell or cell.get("row_id") is None:
-            return dash.no_update, dash.no_update
-        return "trial", int(cell["row_id"])
+    # Two callbacks: Dash fires none whose inputs are not all on the page, and
+    # the parallel coordinates' graph is there only while its tab is open.
+    @app.callback(Output("brush", "data"), Input("graph-parallel", "restyleData"),
+                  State("brush", "data"), State("study", "value"), prevent_initial_call=True)
+    def _brush(restyle: list | None, brush: dict | None, study: str | None):
+        ranges = (brush or {}).get("ranges", {}) if (brush or {}).get("study") == study else {}
+        changed = parallel.brushed(ranges, restyle, reader(study).snapshot())
+        return dash.no_update if changed == ranges else {"study": study, "ranges": changed}
+
+    @app.callback(Output("brush", "data", allow_duplicate=True), Input("brush-clear", "n_clicks"),
+                  Input("study", "value"), prevent_initial_call=True)
+    def _unbrush(_: Any, __: Any):
+        return {}  # cleared, or another study
 
     @app.callback(Output("leaderboard", "data"), Output("leaderboard", "page_count"),
                   Output("leaderboard", "columns"), Output("leaderboard", "tooltip_data"),
-                  Output("filter-message", "children"),
+                  Output("filter-message", "children"), Output("brush-note", "style"),
+                  Output("brush-text", "children"),
                   Input("leaderboard", "page_current"), Input("leaderboard", "page_size"),
                   Input("leaderboard", "sort_by"), Input("leaderboard", "filter_query"),
-                  Input("version", "data"))
+                  Input("version", "data"), Input("states", "value"), Input("brush", "data"),
+                  State("study", "value"))
     def _page(page: int | None, size: int | None, sort_by: list | None, filter_query: str | None,
-              _: Any):
-        snap = reader.snapshot()
-        size = size or PAGE_SIZE
-        page = page or 0
-        if not sort_by and not (filter_query or "").strip():  # rank order: build one page only
-            shown = leaderboard.page_rows(snap, page * size, (page + 1) * size)
-            return (shown, max(1, -(-len(snap.trials) // size)), list(leaderboard.columns(snap)),
-                    leaderboard.tooltips(snap, shown), "")
-        message = ""
-        try:
-            selected = leaderboard.query(leaderboard.rows(snap), sort_by, filter_query,
-                                         leaderboard.columns(snap))
-            if not selected and filter_query:
-                message = "No trial matches the filter."
-        except ValueError as exc:
-            # Say why rather than show an empty table; the rows stay unfiltered.
-            selected = leaderboard.query(leaderboard.rows(snap), sort_by, "")
-            message = f"Filter not applied: {exc}; showing every trial."
-        pages = max(1, -(-len(selected) // size))
-        shown = selected[page * size:(page + 1) * size]
-        return (shown, pages, list(leaderboard.columns(snap)), leaderboard.tooltips(snap, shown),
-                message)
+              _: Any, shown_states: list | None, brush: dict | None, study: str | None):
+        snap = reader(study).snapshot()
+        size, page = size or PAGE_SIZE, page or 0
+        cols = list(leaderboard.columns(snap))
+        frozen = _ranges(brush, study)
+        note = (_SHOWN, f"Showing the {len(parallel.selected(snap, frozen))} trials selected in the "
+                        f"parallel coordinates ({parallel.described(frozen)}).") if frozen else (_HIDDEN, "")
+        if not sort_by and not (filter_query or "").strip() and not _hidden(snap, shown_states) \
+                and not frozen:  # rank order: build one page only
+            rows = leaderboard.page_rows(snap, page * size, (page + 1) * size)
+            return (rows, max(1, -(-len(snap.trials) // size)), cols, leaderboard.tooltips(snap, rows),
+                    "", *note)
+        selected, message = _table(snap, sort_by, filter_query, shown_states, frozen)
+        rows = selected[page * size:(page + 1) * size]
+        return (rows, max(1, -(-len(selected) // size)), cols, leaderboard.tooltips(snap, rows),
+                message, *note)
 
+    @app.callback(Output("download", "data"),
+                  Input("csv-all", "n_clicks"), Input("csv-shown", "n_clicks"),
+                  State("study", "value"), State("leaderboard", "sort_by"),
+                  State("leaderboard", "filter_query"), State("states", "value"), State("brush", "data"),
+                  prevent_initial_call=True)
+    def _download(_: Any, __: Any, study: str | None, sort_by: list | None, filter_query: str | None,
+                  shown_states: list | None, brush: dict | None):
+        snap = reader(study).snapshot()
+        if ctx.triggered_id == "csv-all":  # what hpo export --format csv writes
+            return dcc.send_string(snap.result.to_csv(), f"{snap.name}.csv", type="text/csv")
+        selected, _ = _table(snap, sort_by, filter_query, shown_states, _ranges(brush, study))
+        return dcc.send_string(leaderboard.to_csv(selected, leaderboard.columns(snap)),
+                               f"{snap.name}-shown.csv", type="text/csv")
+
+
+def _table(snap: Snapshot, sort_by: list | None, filter_query: str | None,
+           shown_states: list | None, brush: parallel.Brush) -> tuple[list[dict[str, Any]], str]:
+    """Every row the table shows (all pages) and a message about its filter."""
+    table = leaderboard.restrict(leaderboard.rows(snap), _hidden(snap, shown_states),
+                                 parallel.selected(snap, brush))
+    try:
+        selected = leaderboard.query(table, sort_by, filter_query, leaderboard.columns(snap))
+    except ValueError as exc:
+        # Say why rather than show an empty table; the rows stay unfiltered.
+        return leaderboard.query(table, sort_by, ""), f"Filter not applied: {exc}; showing every trial."
+    return selected, ("No trial matches the filter." if not selected and filter_query else "")
+
+
+def _ranges(brush: dict | None, study: str | None) -> parallel.Brush:
+    """The brushed ranges, when they were brushed on this study (the store
+    may still hold another study's for a moment after a switch)."""
+    brush = brush or {}
+    return parallel.frozen(brush.get("ranges")) if brush.get("study") == study else ()
+
+
+def _hidden(snap: Snapshot, shown_states: list | None) -> set[str]:
+    """The states some trial is in that the state filter leaves out."""
+    shown = set(_STATES if shown_states is None else shown_states)
+    return {state for state, _ in leaderboard.state_counts(snap) if state not in shown}
+
+
+def _group_of(key: str) -> str:
+    view = view_of(key)
+    return view.group if view is not None else RESULTS  # leaderboard, trial, compare
+
+
+def _graph(key: str, figure: Any) -> dcc.Graph:
+    return dcc.Graph(id=f"graph-{key}", figure=figure, config=_GRAPH_CONFIG)
+
+
+_COMPARED = ("Each study's best value so far by trial number, and the share of its completed "
+             "trials at or below each value; click a study in the legend to hide it.")
 
 # Sort arrows after the header's name, on its side of a right-aligned column
 # (before it, each arrow seemed to belong to the column on its left).

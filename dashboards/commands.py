@@ -30,7 +30,9 @@ _VIEWS_LATER_S = 15.0
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register this package's subcommands through ``command(name, help=...)``."""
     dashboard = command("dashboard", help="live web dashboard of a study (read-only)")
-    dashboard.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
+    dashboard.add_argument("run_dir", nargs="+",
+                           help="the study's run directory, e.g. runs/<name>; several, or a "
+                                "directory of them (runs/), to switch between and compare them")
     dashboard.add_argument("--host", default="127.0.0.1",
                            help="address to listen on (default 127.0.0.1: this machine only)")
     dashboard.add_argument("--port", type=int, default=None,
@@ -54,18 +56,20 @@ def _dashboard(args: argparse.Namespace) -> int:
         raise UsageError(f"--refresh-s {args.refresh_s}: must be positive.\n  fix: e.g. --refresh-s 5")
     from hpo.dashboards.app import make_app, warm_up_later
     from hpo.dashboards.data import StoreReader, gc_paused
+    from hpo.dashboards.studies import run_dirs
 
     started = time.perf_counter()
-    # Errors about the run directory come before the server. The store is read
-    # while the server already serves the page, so a browser loads Dash's and
-    # Plotly's scripts meanwhile (a second for a big study); the views snapshot
-    # is written once the first page is served.
-    reader = StoreReader(args.run_dir, views_later_s=_VIEWS_LATER_S, read_now=False)
+    # Errors about the run directories come before the server. The stores are
+    # read while the server already serves the page, so a browser loads Dash's
+    # and Plotly's scripts meanwhile (a second for a big study); the views
+    # snapshot is written once the first page is served.
+    readers = [StoreReader(path, views_later_s=_VIEWS_LATER_S, read_now=False)
+               for path in run_dirs(args.run_dir)]
     if args.host not in _LOOPBACK:
         print(f"hpo dashboard: listening on {args.host}: anyone who can reach this port sees the "
               "study (there is no login); prefer an SSH tunnel to 127.0.0.1", file=sys.stderr)
     port = _port(args.host, args.port)
-    app = make_app(reader, refresh_s=args.refresh_s)
+    app = make_app(readers, refresh_s=args.refresh_s)
     failed: list[BaseException] = []
     server = threading.Thread(target=_serving, args=(app, args.host, port, failed),
                               name="hpo-dashboard", daemon=True)
@@ -76,10 +80,13 @@ def _dashboard(args: argparse.Namespace) -> int:
     # the server: frozen before the cyclic collector is back, which would scan
     # them all at once (half a second), and again in the middle of drawing a view.
     with gc_paused():
-        snap = reader.snapshot()  # a damaged store: the error, exit 2, the server goes with us
+        # The first study first: it is the one the page shows. A damaged store:
+        # the error, exit 2, the server goes with us.
+        read = [(reader, reader.snapshot(), time.perf_counter() - started) for reader in readers]
         gc.freeze()
-    print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {args.run_dir} in "
-          f"{time.perf_counter() - started:.1f} s", file=sys.stderr)
+    for reader, snap, seconds in read:
+        print(f"hpo dashboard: {snap.name}, {len(snap.trials)} trials read from {reader.run_dir.path} "
+              f"in {seconds:.1f} s", file=sys.stderr)
     warm_up_later()
     server.join()
     if failed:

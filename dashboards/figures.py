@@ -1,11 +1,11 @@
-"""The search views: history, parallel coordinates, importance, learning curves.
+"""The search views: the optimisation history and the learning curves.
 
 Each view is a pure function from a :class:`~hpo.dashboards.data.Snapshot` to
 a Plotly figure, memoised per snapshot (a snapshot is hashed by identity and
-never changes). Large studies are sampled here, server-side: at most a few
-thousand points or lines are sent, always including the best trials, and the
-title says how many of how many. Plots are SVG: the browser may render WebGL
+never changes). Large studies are sampled server-side
+(:mod:`hpo.dashboards.sampling`). Plots are SVG: the browser may render WebGL
 in software, where each WebGL plot costs most of a second before its first point.
+The parallel coordinates live in :mod:`hpo.dashboards.parallel` (re-exported here).
 """
 
 from __future__ import annotations
@@ -13,82 +13,44 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from hpo.dashboards.data import Snapshot, TrialView
+from hpo.dashboards.parallel import INACTIVE, log_ticks, parallel
+from hpo.dashboards.sampling import completed, sample, sampled_note, spread
 from hpo.dashboards.style import (
     HIGHLIGHTS, STATE_COLOURS, base_layout, menu, message_figure, plain, short, y_scale_menu,
 )
 from hpo.store.records import TrialStatus
 
 __all__ = ["history", "parallel", "curves", "completed", "spread", "sample", "sampled_note",
-           "log_ticks", "bulk_range", "reported_metrics"]
+           "log_ticks", "bulk_range", "reported_metrics", "INACTIVE", "best_so_far"]
 
-MAX_PARALLEL_LINES = 500
 MAX_HISTORY_POINTS = 2000  # completed trials drawn; the best-so-far line is always exact
 MAX_EARLY_POINTS = 1000  # pruned or stopped trials drawn, each
-BEST_SHARE = 10  # a sample keeps the best 1/BEST_SHARE of its room for the best trials
-# A parameter a trial does not have (conditional spaces): a blank tick, not a value.
-INACTIVE = object()
 MAX_CURVES = 300
 MAX_METRICS = 8
 MAX_FAILED_MARKS = 1000
 
 
-def completed(snap: Snapshot) -> list[TrialView]:
-    """Completed trials with a value, best first."""
-    return [t for t in snap.ranked if t.state is TrialStatus.COMPLETE and t.value is not None]
-
-
-def spread(items: Sequence[Any], limit: int, keep: Sequence[Any] = ()) -> list[Any]:
-    """At most ``limit`` items: ``keep`` first, then evenly spaced others.
-
-    Deterministic, so a refresh that adds a trial does not reshuffle the plot.
-    """
-    kept = list(keep)[:limit]
-    seen = {id(k) for k in kept}
-    rest = [item for item in items if id(item) not in seen]
-    room = limit - len(kept)
-    if len(rest) > room:
-        rest = [rest[i] for i in np.linspace(0, len(rest) - 1, max(room, 0)).astype(int)]
-    return kept + rest
-
-
-def sample(best_first: Sequence[Any], limit: int) -> list[Any]:
-    """At most ``limit`` of ``best_first`` (ranked): the best tenth of the room,
-    then an even sample of the others by trial number; every one when they fit."""
-    if len(best_first) <= limit:
-        return list(best_first)
-    by_number = sorted(best_first, key=lambda t: t.number)
-    return spread(by_number, limit, keep=best_first[: max(limit // BEST_SHARE, 1)])
-
-
-def sampled_note(shown: int, total: int, what: str = "completed trials") -> str:
-    """What a sampled figure shows, for its title; empty when nothing was left out."""
-    if shown >= total:
-        return ""
-    best = max(shown // BEST_SHARE, 1)
-    return f"showing {shown} of {total} {what}: the best {best} and an even sample of the rest"
-
-
-@functools.lru_cache(maxsize=4)
-def history(snap: Snapshot) -> go.Figure:
+@functools.lru_cache(maxsize=8)
+def history(snap: Snapshot, selected: frozenset[int] | None = None) -> go.Figure:
     """Each finished trial's metric by trial number (sampled: the best always
     drawn), and the exact best so far; pruned and stopped trials at the value
-    they ended with, failed ones along the bottom."""
+    they ended with, failed ones along the bottom. With ``selected`` (the
+    trials brushed in the parallel coordinates), those trials only."""
     title = f"Optimisation history: {plain(snap.metric)} ({snap.direction})"
     ranked = completed(snap)
+    if selected is not None:
+        ranked = [t for t in ranked if t.number in selected]
+        title += f"<br><sup>the {len(selected)} trials selected in the parallel coordinates</sup>"
     if not ranked:
-        return message_figure(title, "No completed trial yet: the history appears with the first result.")
-    done = sorted(ranked, key=lambda t: t.number)
-    numbers = np.fromiter((t.number for t in done), float, len(done))
-    values = np.fromiter((t.value for t in done), float, len(done))
-    best = (np.maximum if snap.maximize else np.minimum).accumulate(values)
-    changed = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])
+        return message_figure(title, "No completed trial yet: the history appears with the first result."
+                              if selected is None else "No completed trial in the selection.")
+    numbers, best = best_so_far(ranked, snap.maximize)
     shown = sample(ranked, MAX_HISTORY_POINTS)
     note = sampled_note(len(shown), len(ranked))
     fig = go.Figure(layout=base_layout(title + (f"<br><sup>{note}</sup>" if note else ""),
@@ -96,10 +58,10 @@ def history(snap: Snapshot) -> go.Figure:
                                        updatemenus=[y_scale_menu()]))
     fig.add_trace(_points(shown, "completed trial", {
         "size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6}, "trial %{x}<br>%{y:.6g}"))
-    lowest = float(np.nanmin(values))
+    lowest = float(np.nanmin(np.fromiter((t.value for t in ranked), float, len(ranked))))
     for state in (TrialStatus.PRUNED, TrialStatus.STOPPED):
         early = [t for t in snap.trials if t.state is state and t.value is not None
-                 and math.isfinite(t.value)]
+                 and math.isfinite(t.value) and (selected is None or t.number in selected)]
         if early:
             word = state.value.lower()
             lowest = min(lowest, min(t.value for t in early))
@@ -108,12 +70,23 @@ def history(snap: Snapshot) -> go.Figure:
             fig.add_trace(_points(drawn, f"{word} (value when ended{of})", {
                 "size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"},
                 f"trial %{{x}} ({word})<br>%{{y:.6g}}"))
-    _failed_rug(fig, snap, lowest)
+    if selected is None:  # failed trials have no value to be selected by
+        _failed_rug(fig, snap, lowest)
     fig.add_trace(go.Scatter(
-        x=np.r_[numbers[changed], numbers[-1]], y=np.r_[best[changed], best[-1]], mode="lines",
-        line={"shape": "hv", "color": "#111", "width": 2}, name="best so far",
-        hovertemplate="best after trial %{x}: %{y:.6g}<extra></extra>"))
+        x=numbers, y=best, mode="lines", line={"shape": "hv", "color": "#111", "width": 2},
+        name="best so far", hovertemplate="best after trial %{x}: %{y:.6g}<extra></extra>"))
     return fig
+
+
+def best_so_far(trials: Sequence[TrialView], maximize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The best value after each trial, exact, as the points of a step line:
+    where it changed, and the last trial."""
+    done = sorted(trials, key=lambda t: t.number)
+    numbers = np.fromiter((t.number for t in done), float, len(done))
+    values = np.fromiter((t.value for t in done), float, len(done))
+    best = (np.maximum if maximize else np.minimum).accumulate(values)
+    changed = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])
+    return np.r_[numbers[changed], numbers[-1]], np.r_[best[changed], best[-1]]
 
 
 def _points(trials: Sequence[TrialView], name: str, marker: dict[str, Any], hover: str) -> go.Scatter:
@@ -140,106 +113,6 @@ def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
                 marker={"size": 8, "color": STATE_COLOURS[state.value], "symbol": "line-ns-open",
                         "line": {"width": 2, "color": STATE_COLOURS[state.value]}},
                 hovertemplate=f"trial %{{x}} {word}<br>%{{customdata}}<extra></extra>"))
-
-
-@functools.lru_cache(maxsize=4)
-def parallel(snap: Snapshot) -> go.Figure:
-    """Parameters against the metric, one line per completed trial (sampled,
-    the best always drawn); a second trace adds the pruned and stopped trials
-    at the value they ended with."""
-    title = "Parallel coordinates: parameters against the metric"
-    done = completed(snap)
-    if len(done) < 2 or not snap.param_names:
-        return message_figure(title, "Needs two completed trials with parameters.")
-    early = [t for t in snap.trials if t.state in (TrialStatus.PRUNED, TrialStatus.STOPPED)
-             and t.value is not None and math.isfinite(t.value)]
-    lines = sample(done, MAX_PARALLEL_LINES)
-    note = sampled_note(len(lines), len(done))
-    fig = go.Figure(layout=base_layout(title + (f"<br><sup>{note}</sup>" if note else ""),
-                                       margin={"l": 80, "r": 80, "t": 110, "b": 40}))
-    fig.add_trace(_parcoords(snap, lines, "completed trials"))
-    if early:
-        more = spread(sorted(early, key=lambda t: t.number), max(MAX_PARALLEL_LINES - len(lines),
-                                                                 MAX_PARALLEL_LINES // 5))
-        fig.add_trace(_parcoords(snap, lines + more, "completed, pruned and stopped", visible=False))
-        of = f"{len(more)} of {len(early)}" if len(more) < len(early) else f"{len(early)}"
-        fig.update_layout(updatemenus=[menu([
-            {"label": "completed", "method": "restyle", "args": [{"visible": [True, False]}]},
-            {"label": f"+ {of} pruned/stopped (value when ended)", "method": "restyle",
-             "args": [{"visible": [False, True]}]}])])
-    return fig
-
-
-def _parcoords(snap: Snapshot, lines: list[TrialView], name: str, visible: bool = True) -> go.Parcoords:
-    space = snap.spec.get("space") or {}
-    values = np.fromiter((t.value for t in lines), float, len(lines))
-    dimensions = [_dimension(n, [t.params.get(n, INACTIVE) for t in lines], space.get(n))
-                  for n in snap.param_names]
-    dimensions.append({"label": plain(snap.metric), "values": values})
-    return go.Parcoords(
-        dimensions=dimensions, name=name, visible=visible,
-        line={"color": values, "colorscale": "Viridis", "reversescale": not snap.maximize,
-              "showscale": True, "colorbar": {"title": {"text": plain(snap.metric)}}})
-
-
-def _choices(declared: Any) -> list[Any] | None:
-    """The declared choices of a categorical parameter (numbers included), else None."""
-    if isinstance(declared, list):
-        return declared
-    if isinstance(declared, dict) and isinstance(declared.get("choices"), list):
-        return declared["choices"]
-    return None
-
-
-def _dimension(name: str, values: list[Any], declared: Any) -> dict[str, Any]:
-    choices = _choices(declared)
-    numeric = all(isinstance(v, Real) and not isinstance(v, bool) for v in values if v not in (None, INACTIVE))
-    if numeric and choices is None:
-        inactive = np.array([v is INACTIVE for v in values], bool)
-        array = np.asarray([np.nan if v is None or v is INACTIVE else v for v in values], float)
-        if isinstance(declared, dict) and declared.get("log") and (array[~np.isnan(array)] > 0).all():
-            dimension = {"label": plain(name), "values": np.log10(array), **log_ticks(array)}
-        else:
-            dimension = {"label": plain(name), "values": array}
-        return _below_range(dimension, inactive) if inactive.any() else dimension
-    # Categories in their declared order, then any others by their text; inactive first.
-    shown = {"" if v is INACTIVE else str(v) for v in values}
-    labels = list(dict.fromkeys([""] * ("" in shown) + [str(c) for c in choices or ()] + sorted(shown)))
-    values = ["" if v is INACTIVE else v for v in values]
-    index = {label: i for i, label in enumerate(labels)}
-    return {"label": plain(name), "values": np.array([index[str(v)] for v in values], float),
-            # Parcoords draws tick text literally (unlike labels): no entities here.
-            "tickvals": list(range(len(labels))), "ticktext": [short(x, 24) for x in labels],
-            "range": [-0.25, len(labels) - 0.75]}
-
-
-def _below_range(dimension: dict[str, Any], inactive: np.ndarray) -> dict[str, Any]:
-    """A numeric axis with the trials where the parameter is inactive on a
-    blank tick just below its range (a parcoords line needs a value on every axis)."""
-    values = dimension["values"]
-    active = values[~inactive & np.isfinite(values)]
-    low, high = (active.min(), active.max()) if len(active) else (0.0, 1.0)
-    gap = (high - low) * 0.15 or 0.5
-    ticks = dimension.get("tickvals") or list(np.linspace(low, high, 5) if high > low else [low])
-    text = dimension.get("ticktext") or [f"{t:.3g}" for t in ticks]
-    return {**dimension, "values": np.where(inactive, low - gap, values),
-            "tickvals": [low - gap, *ticks], "ticktext": ["", *text], "range": [low - gap, high]}
-
-
-def log_ticks(values: np.ndarray) -> dict[str, Any]:
-    """Ticks in the parameter's own units on an axis drawn in log10:
-    every decade, and 2 and 5 times it when the range spans few decades."""
-    finite = values[np.isfinite(values) & (values > 0)]
-    if not len(finite):
-        return {}
-    low, high = math.log10(finite.min()), math.log10(finite.max())
-    steps = (1,) if high - low > 3 else (1, 2, 5)
-    ticks = [m * 10.0 ** e for e in range(math.floor(low), math.ceil(high) + 1) for m in steps]
-    shown = [t for t in ticks if low - 1e-9 <= math.log10(t) <= high + 1e-9]
-    if len(shown) < 2:  # a range inside one decade: its ends
-        shown = sorted({float(f"{finite.min():.2g}"), float(f"{finite.max():.2g}")})
-    return {"tickvals": [math.log10(t) for t in shown], "ticktext": [f"{t:g}" for t in shown],
-            "range": [low, high] if high > low else [low - 0.5, high + 0.5]}
 
 
 @functools.lru_cache(maxsize=4)

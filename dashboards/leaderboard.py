@@ -8,8 +8,10 @@ filters work unchanged with ``filter_action="custom"``.
 
 from __future__ import annotations
 
+import csv
 import functools
 import html
+import io
 import math
 import re
 from numbers import Real
@@ -18,7 +20,8 @@ from typing import Any
 from hpo.dashboards.data import Snapshot, TrialView
 from hpo.units import format_value
 
-__all__ = ["columns", "rows", "page_rows", "ranks", "tooltips", "query", "parse_filter", "html_table"]
+__all__ = ["columns", "rows", "page_rows", "ranks", "tooltips", "query", "parse_filter", "html_table",
+           "state_counts", "restrict", "to_csv"]
 
 ERROR_CHARS = 160
 
@@ -251,3 +254,28 @@ def html_table(snap: Snapshot, limit: int = 500) -> str:
 
 def _cell(value: Any) -> str:
     return format_value(value, 6)
+
+
+# ------------------------------------------------------------------ state filter, selection, CSV
+
+@functools.lru_cache(maxsize=4)
+def state_counts(snap: Snapshot) -> tuple[tuple[str, int], ...]:
+    """``(state, trials)`` for each state some trial is in, in the states' order
+    (memoised: every page of the table asks)."""
+    return tuple((state, n) for state, n in snap.result.counts.items() if n)
+
+
+def restrict(table: tuple[dict[str, Any], ...] | list[dict[str, Any]], hidden: set[str],
+             selected: frozenset[int] | None) -> list[dict[str, Any]]:
+    """The rows not in a ``hidden`` state and, with ``selected``, among those trials."""
+    return [r for r in table if r["state"] not in hidden
+            and (selected is None or r["trial"] in selected)]
+
+
+def to_csv(table: list[dict[str, Any]], cols: tuple[dict[str, str], ...]) -> str:
+    """Rows as CSV under the table's headers, values in full (not as shown rounded)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([c["name"] for c in cols])
+    writer.writerows([["" if row.get(c["id"]) is None else row[c["id"]] for c in cols] for row in table])
+    return out.getvalue()

@@ -16,6 +16,7 @@ import json
 import math
 import random
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from hpo.store.records import (
     EVENT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus, event_key, event_record, report_key, segment_key,
 )
 
-__all__ = ["write_study", "SPACE"]
+__all__ = ["write_study", "SPACE", "L1_RATIO", "OBJECTIVES"]
 
 SPACE = {
     "learning_rate": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
@@ -42,6 +43,12 @@ _DISTRIBUTIONS = {
     "optimizer": CategoricalDistribution(["adam", "sgd", "rmsprop"]),
     "dropout": FloatDistribution(0.0, 0.5),
 }
+# A conditional parameter (``conditional=True``): set only when the optimizer is sgd.
+L1_RATIO = {"type": "float", "low": 0.0, "high": 1.0, "when": {"optimizer": "sgd"}}
+# The objectives of a multi-objective study (``objectives=3``), first to last.
+OBJECTIVES = ({"name": "val_accuracy", "direction": "maximize"},
+              {"name": "latency_ms", "direction": "minimize"},
+              {"name": "memory_mb", "direction": "minimize"})
 
 
 class _Buffer(BaseJournalBackend):
@@ -59,11 +66,15 @@ class _Buffer(BaseJournalBackend):
 
 def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: int = 10,
                 seed: int = 0, name: str = "synthetic", running: int = 8,
-                extra_choice: str | None = None) -> Path:
+                extra_choice: str | None = None, conditional: bool = False,
+                objectives: int = 1) -> Path:
     """Write a study of ``trials`` trials into ``run_dir`` (created) and return it.
 
     ``extra_choice`` adds one more optimizer choice (e.g. a string with HTML in
-    it, to test that views show it as text).
+    it, to test that views show it as text). ``conditional`` adds ``l1_ratio``,
+    set only in the sgd trials, where it decides much of the metric.
+    ``objectives`` (2 or 3) makes a multi-objective study of the first of
+    :data:`OBJECTIVES` (its pruned trials have no value, as Optuna wants).
     """
     rng = random.Random(seed)
     run_dir = Path(run_dir)
@@ -71,13 +82,21 @@ def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: i
     choices = ["adam", "sgd", "rmsprop"] + ([extra_choice] if extra_choice else [])
     distributions = {**_DISTRIBUTIONS, "optimizer": CategoricalDistribution(choices)}
     space = {**SPACE, "optimizer": {"type": "categorical", "choices": choices}}
-    spec = {"name": name, "objective": "synthetic", "metric": {"name": "val_accuracy",
-            "direction": "maximize", "target": None},
+    if conditional:
+        space["l1_ratio"] = L1_RATIO
+    metrics = [dict(m) for m in OBJECTIVES[:objectives]] if objectives > 1 else \
+        {"name": "val_accuracy", "direction": "maximize", "target": None}
+    spec = {"name": name, "objective": "synthetic", "metric": metrics,
             "search": {"algorithm": "random", "max_trials": trials, "parallel": workers},
             "resources": {"cpus": 4, "gpus": 1}, "space": space}
     backend = _Buffer()
     storage = optuna.storages.JournalStorage(backend)
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+    study = optuna.create_study(study_name=name, storage=storage,
+                                directions=[m["direction"] for m in OBJECTIVES[:max(objectives, 1)]])
+    if objectives > 1:
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore")
+            study.set_metric_names([m["name"] for m in OBJECTIVES[:objectives]])
     hosts = max(1, workers // 8)
     # Each worker takes the next trial as soon as it is free, as the engines do;
     # times start at 0 and are shifted at the end so that the study ends now.
@@ -87,7 +106,7 @@ def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: i
         at, slot = heapq.heappop(free)
         is_running = number >= trials - min(running, trials // 4)
         frozen, ended = _trial(rng, number, slot, hosts, at, steps, is_running,
-                               choices, distributions)
+                               choices, distributions, conditional, objectives)
         last = last if is_running else max(last, ended)
         heapq.heappush(free, (ended + rng.random() * 0.5, slot))
         made.append(frozen)
@@ -101,16 +120,22 @@ def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: i
 
 
 def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float, steps: int,
-           running: bool, choices: list[str], distributions: dict) -> tuple[Any, float]:
+           running: bool, choices: list[str], distributions: dict, conditional: bool = False,
+           objectives: int = 1) -> tuple[Any, float]:
     params = {
         "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-1))),
         "units": rng.randint(16, 512),
         "optimizer": rng.choice(choices),
         "dropout": rng.uniform(0.0, 0.5),
     }
+    distributions = dict(distributions)
+    if conditional and params["optimizer"] == "sgd":
+        params["l1_ratio"] = rng.uniform(0.0, 1.0)
+        distributions["l1_ratio"] = FloatDistribution(0.0, 1.0)
     final = (0.97 - 0.04 * abs(math.log10(params["learning_rate"]) + 2.5)
              - (0.03 if params["optimizer"] == "sgd" else 0.0) - 0.05 * params["dropout"] ** 2
-             + 0.01 * math.log2(params["units"] / 16) / 5 + rng.gauss(0, 0.01))
+             + 0.01 * math.log2(params["units"] / 16) / 5 + rng.gauss(0, 0.01)
+             - 0.08 * params.get("l1_ratio", 0.0) ** 2)
     roll = rng.random()
     state = ("PRUNED" if roll < 0.12 else "FAILED" if roll < 0.16 else "TIMEOUT" if roll < 0.18
              else "COMPLETE")
@@ -168,10 +193,22 @@ def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float,
     attrs[RUN_ATTR] = run
     optuna_state = TrialStatus(state).stored_as
     value = intermediate.get(done_steps - 1) if state in ("COMPLETE", "PRUNED") else None
+    values = _objective_values(value, params, objectives) if state == "COMPLETE" else None
     frozen = optuna.trial.create_trial(
-        state=optuna_state, value=value, params=params, distributions=distributions,
+        state=optuna_state, value=value if values is None and objectives < 2 else None,
+        values=values, params=params, distributions={k: distributions[k] for k in params},
         system_attrs=attrs, intermediate_values=intermediate)
     return frozen, ended
+
+
+def _objective_values(accuracy: float | None, params: dict[str, Any],
+                      objectives: int) -> list[float] | None:
+    """The objectives after the first: bigger networks are slower and bigger."""
+    if objectives < 2 or accuracy is None:
+        return None
+    latency = 0.02 * params["units"] * (1.5 if params["optimizer"] == "adam" else 1.0)
+    memory = 4.0 * params["units"] + 200 * params["dropout"]
+    return [accuracy, latency, memory][:objectives]
 
 
 def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.FrozenTrial:

@@ -8,6 +8,8 @@ workers, running trials.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -26,7 +28,10 @@ import plotly.graph_objects as go
 import pytest
 
 import hpo
-from hpo.dashboards import analysis, commands, figures, leaderboard, timeline, trial_page
+from hpo.dashboards import (
+    analysis, commands, compare, edf, figures, importance, leaderboard, parallel, rank, studies, timeline,
+    trial_page, views,
+)
 from hpo.dashboards.data import StoreReader, load_snapshot
 from hpo.dashboards.report import build_report
 from hpo.dashboards.synthetic import write_study
@@ -589,7 +594,7 @@ def _best_numbers(snap, count: int) -> set[int]:
 
 def test_big_studies_send_a_sample_with_the_best_trials_and_say_so(synthetic, monkeypatch):
     monkeypatch.setattr(figures, "MAX_HISTORY_POINTS", 50)
-    monkeypatch.setattr(figures, "MAX_PARALLEL_LINES", 40)
+    monkeypatch.setattr(parallel, "MAX_PARALLEL_LINES", 40)
     monkeypatch.setattr(analysis, "MAX_SLICE_POINTS", 30)
     monkeypatch.setattr(analysis, "MAX_CONTOUR_POINTS", 20)
     snap = load_snapshot(synthetic)  # a new snapshot: nothing memoised
@@ -605,11 +610,11 @@ def test_big_studies_send_a_sample_with_the_best_trials_and_say_so(synthetic, mo
     best = figures.completed(snap)[0]
     assert best.value in list(best_line.y)  # the best-so-far line stays exact
 
-    parallel = figures.parallel(snap)
-    metric = parallel.data[0].dimensions[-1].values
+    lines = figures.parallel(snap)
+    metric = lines.data[0].dimensions[-1].values
     assert len(metric) == 40
     assert max(metric) == best.value if snap.maximize else min(metric) == best.value
-    assert f"showing 40 of {total} completed trials" in parallel.layout.title.text
+    assert f"showing 40 of {total} completed trials" in lines.layout.title.text
 
     slices = analysis.slices(snap)
     assert {len(t.x) for t in slices.data} == {30}
@@ -659,3 +664,172 @@ def test_the_dashboard_writes_its_views_snapshot_after_serving(tmp_path, monkeyp
     while not (run_dir / "journal.log.views").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (run_dir / "journal.log.views").is_file()
+
+
+# ------------------------------------------------------------------ issue 28, part 3
+
+@pytest.fixture(scope="module")
+def conditional(tmp_path_factory) -> Path:
+    """A synthetic study with ``l1_ratio`` set only in the sgd trials, where it decides much."""
+    return write_study(tmp_path_factory.mktemp("runs") / "cond", 300, workers=4, seed=5,
+                       conditional=True, name="cond")
+
+
+@pytest.fixture(scope="module")
+def three_objectives(tmp_path_factory) -> Path:
+    return write_study(tmp_path_factory.mktemp("runs") / "tri", 120, workers=4, seed=6,
+                       objectives=3, name="tri")
+
+
+def test_run_dirs_stand_for_each_study_named_or_inside_a_runs_directory(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("beta", "alpha"):
+        write_study(runs / name, 10, workers=2, name=name)
+    (runs / "notes").mkdir()  # not a study: left out
+    assert studies.run_dirs([runs]) == [runs / "alpha", runs / "beta"]
+    assert studies.run_dirs([runs / "beta", runs / "alpha", runs / "beta"]) == [runs / "beta", runs / "alpha"]
+    assert studies.run_dirs([runs / "notes"]) == [runs / "notes"]  # the reader says what is wrong
+    assert studies.labels(["a", "b", "a"], [Path("x/a"), Path("x/b"), Path("y/a")]) == \
+        ["a (x/a)", "b", "a (y/a)"]
+
+
+def test_compare_draws_each_studys_exact_best_so_far_and_distribution(grid, synthetic):
+    snaps = (load_snapshot(grid), load_snapshot(synthetic))
+    fig = compare.compare(snaps, ("grid", "syn"))
+    best = [t for t in fig.data if t.xaxis == "x"]
+    assert [t.name for t in best] == ["grid", "syn"]
+    for trace, snap in zip(best, snaps):
+        assert trace.y[-1] == snap.result.best.value  # the best so far ends at the best
+        assert list(trace.y) == sorted(trace.y)  # both maximise: never worse
+    shares = [t for t in fig.data if t.xaxis == "x2"]
+    assert [t.y[-1] for t in shares] == [1.0, 1.0] and shares[0].y[0] == 1 / 36
+
+
+def test_edf_is_exact_then_evenly_thinned_and_per_objective(grid, three_objectives):
+    x, y = edf.edf_points(np.array([3.0, 1.0, np.nan, 2.0, 2.0]))
+    assert list(x) == [1.0, 2.0, 2.0, 3.0] and list(y) == [0.25, 0.5, 0.75, 1.0]
+    x, y = edf.edf_points(np.arange(10_000.0), limit=100)
+    assert len(x) == 100 and x[0] == 0 and x[-1] == 9999 and y[-1] == 1.0
+    line = edf.edf(load_snapshot(grid)).data[0]
+    assert len(line.x) == 36 and line.line.shape == "hv"
+    fig = edf.edf(load_snapshot(three_objectives))
+    assert [t.name for t in fig.data] == ["val_accuracy", "latency_ms", "memory_mb"]
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["val_accuracy", "latency_ms", "memory_mb"]
+
+
+def test_rank_colours_by_rank_with_the_best_on_top(conditional):
+    snap = load_snapshot(conditional)
+    dots = rank.rank(snap).data[0]
+    best = analysis.usable(snap)[0]
+    assert int(dots.customdata[-1][0]) == best.number  # drawn last: on top
+    assert min(dots.marker.color) == 0 and max(dots.marker.color) == 1
+    fig = rank.rank(snap, "dropout", "l1_ratio")
+    assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("dropout", "l1_ratio")
+
+
+def test_contour_rank_and_pareto_draw_any_pair_of_axes(conditional, three_objectives):
+    snap = load_snapshot(conditional)
+    assert snap.param_names[-1] == "l1_ratio"  # the fifth: beyond the old contour menu's first pair
+    fig = analysis.contour(snap, "l1_ratio", "learning_rate")
+    assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("l1_ratio", "learning_rate")
+    assert fig.layout.yaxis.type == "log" and not fig.layout.updatemenus  # the pickers choose
+    contour = views.view_of("contour")
+    assert views.picked(contour, snap, "nope", "units") == ("learning_rate", "units")
+    tri = load_snapshot(three_objectives)
+    pareto_view = views.view_of("pareto")
+    assert pareto_view.axes(tri) == ["val_accuracy", "latency_ms", "memory_mb"]
+    fig = views.draw(pareto_view, tri, "latency_ms", "memory_mb")
+    assert (fig.layout.xaxis.title.text, fig.layout.yaxis.title.text) == ("latency_ms", "memory_mb")
+    front = {t.number for t in tri.result.pareto_front}
+    red = fig.data[1]
+    assert len(red.x) == len(front) and red.mode == "markers"  # the front over all three objectives
+    by_number = tri.by_number
+    assert sorted(zip(red.x, red.y)) == sorted((by_number[n].values[1], by_number[n].values[2]) for n in front)
+
+
+def test_the_brush_follows_plotlys_events_and_selects_over_the_whole_study(conditional):
+    snap = load_snapshot(conditional)
+    keys = parallel.axis_keys(snap)
+    assert keys[0] == "param:learning_rate" and keys[-1] == "metric:val_accuracy"
+    brush = parallel.brushed({}, [{"dimensions[5].constraintrange": [[0.95, 1.0]]}, [0]], snap)
+    brush = parallel.brushed(brush, [{"dimensions[0].constraintrange": [-2.5, -3.5]}, [0]], snap)
+    assert brush == {"metric:val_accuracy": [[0.95, 1.0]], "param:learning_rate": [[-3.5, -2.5]]}
+    assert parallel.brushed(brush, [{"visible": [True, False]}, [0, 1]], snap) == brush
+    chosen = parallel.selected(snap, parallel.frozen(brush))
+    valued = [t for t in snap.trials if t.state.value in ("COMPLETE", "PRUNED", "STOPPED")]
+    # The learning rate's axis is drawn in log10: -3.5..-2.5 is 0.000316..0.00316.
+    assert chosen == {t.number for t in valued if 0.95 <= t.value <= 1.0
+                      and 10 ** -3.5 <= t.params["learning_rate"] <= 10 ** -2.5}
+    assert chosen and len(chosen) < len(valued)
+    # A categorical axis in category indices; the trials without l1_ratio on its blank tick.
+    optimizer = next(c for c in parallel.coordinates(snap) if c.name == "optimizer")
+    sgd = optimizer.labels.index("sgd")
+    only_sgd = parallel.selected(snap, (("param:optimizer", ((sgd - 0.2, sgd + 0.2),)),))
+    assert only_sgd == {t.number for t in valued if t.params["optimizer"] == "sgd"}
+    l1 = next(c for c in parallel.coordinates(snap) if c.name == "l1_ratio")
+    unset = parallel.selected(snap, (("param:l1_ratio", ((l1.inactive_at, l1.inactive_at),)),))
+    assert unset == {t.number for t in valued if "l1_ratio" not in t.params}
+    cleared = parallel.brushed(brush, [{"dimensions[5].constraintrange": None}, [0]], snap)
+    assert cleared == {"param:learning_rate": [[-3.5, -2.5]]}
+    # The figure draws the brush back, so a refresh keeps it.
+    dims = figures.parallel(snap, parallel.frozen(brush)).data[0].dimensions
+    assert list(dims[0].constraintrange) == [-3.5, -2.5] and list(dims[-1].constraintrange) == [0.95, 1.0]
+
+
+def test_the_history_and_the_leaderboard_show_only_the_brushed_trials(conditional):
+    snap = load_snapshot(conditional)
+    brush = parallel.frozen({"metric:val_accuracy": [[0.95, 1.0]]})
+    chosen = parallel.selected(snap, brush)
+    history = views.draw(views.view_of("history"), snap, brush=brush)
+    drawn = {int(x) for t in history.data if t.name != "best so far" for x in t.x}
+    assert drawn == chosen and f"the {len(chosen)} trials selected" in history.layout.title.text
+    assert not any(t.name.startswith("failed") for t in history.data)
+    rows = leaderboard.restrict(leaderboard.rows(snap), set(), chosen)
+    assert {r["trial"] for r in rows} == chosen
+
+
+def test_state_counts_filter_and_the_csv_of_the_rows_shown(rich_study):
+    snap = load_snapshot(rich_study)
+    counts = dict(leaderboard.state_counts(snap))
+    assert counts == {s: n for s, n in snap.result.counts.items() if n} and counts["FAILED"] > 0
+    shown = leaderboard.restrict(leaderboard.rows(snap), {"FAILED"}, None)
+    assert len(shown) == len(snap.trials) - counts["FAILED"]
+    assert all(r["state"] != "FAILED" for r in shown)
+    cols = leaderboard.columns(snap)
+    parsed = list(csv.reader(io.StringIO(leaderboard.to_csv(shown[:3], cols))))
+    assert parsed[0] == [c["name"] for c in cols] and len(parsed) == 4
+    assert float(parsed[1][3]) == shown[0]["value"]  # in full, not as the table rounds it
+
+
+def test_importance_scores_a_conditional_parameter_on_the_trials_that_set_it(conditional):
+    snap = load_snapshot(conditional)
+    found = {s.name: s for s in importance.scores(snap)}
+    sgd = [t for t in analysis.usable(snap) if "l1_ratio" in t.params]
+    l1 = found["l1_ratio"]  # Optuna alone drops it: not every trial has it
+    assert l1.conditional and l1.trials == min(len(sgd), importance.MAX_IMPORTANCE_TRIALS)
+    assert l1.mean > 0.3  # it decides much of the metric where it is set
+    assert not any(s.conditional for n, s in found.items() if n != "l1_ratio")
+    fig = importance.importance(snap)
+    assert f"l1_ratio (where set: {l1.trials} trials)" in fig.data[0].y
+    assert "set in only some trials, scored on those trials alone" in fig.layout.title.text
+
+
+def test_importance_is_drawn_for_each_objective(tmp_path):
+    snap = load_snapshot(write_study(tmp_path / "two", 80, workers=3, seed=4, objectives=2))
+    fig = importance.importance(snap)
+    assert [t.name for t in fig.data] == ["val_accuracy", "latency_ms"]
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["val_accuracy", "latency_ms"]
+    latency = importance.scores(snap, 1)
+    assert latency[-1].name == "units"  # latency is the network's width, mostly
+    assert importance.scores(snap, 0)[-1].name != "units"
+
+
+def test_the_tabs_are_grouped_in_rows_with_every_view_once(rich_study, synthetic):
+    for run_dir, count in ((rich_study, 1), (synthetic, 3)):
+        snap = load_snapshot(run_dir)
+        rows = views.tab_rows(snap, count)
+        assert [group for group, _ in rows] == ["Results", "Analysis", "Resources"]
+        keys = [key for _, tabs in rows for key, _ in tabs]
+        assert sorted(keys) == sorted(["leaderboard", "trial", *(["compare"] if count > 1 else []),
+                                       *(v.key for v in views.views_of(snap))])
+        assert max(len(tabs) for _, tabs in rows) <= 7

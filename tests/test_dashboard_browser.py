@@ -9,6 +9,7 @@ screenshots are taken from a real study by ``dashboards/screenshots/take.py``).
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import signal
@@ -21,6 +22,9 @@ from pathlib import Path
 import pytest
 
 import hpo
+from hpo.dashboards import leaderboard
+from hpo.dashboards import views as views_module
+from hpo.dashboards.synthetic import write_study
 from hpo.dashboards.views import VIEWS
 from conftest import ROOT
 from hpo.dashboards.data import load_snapshot
@@ -68,13 +72,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(study: Path, log_dir: Path):
-    """``hpo dashboard`` on ``study`` as a user starts it; yields its URL and
-    ends it by its PID."""
+def serving(study: Path | list[Path], log_dir: Path):
+    """``hpo dashboard`` on ``study`` (or several) as a user starts it; yields
+    its URL and ends it by its PID."""
     port = free_port()
     log = log_dir / "dashboard.log"
+    paths = [str(p) for p in (study if isinstance(study, list) else [study])]
     with open(log, "w") as out:
-        proc = subprocess.Popen([*HPO, "dashboard", str(study), "--port", str(port),
+        proc = subprocess.Popen([*HPO, "dashboard", *paths, "--port", str(port),
                                  "--refresh-s", "0.5"], cwd=ROOT, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -364,3 +369,181 @@ def test_learning_curves_switch_to_another_metric(page):
     top = page.evaluate(f"{fig}._fullLayout.yaxis.range[1]")
     assert top < 10  # the diverged trials (up to 2e6) do not set the scale
     assert page.errors == []
+
+
+# ------------------------------------------------------------------ issue 28, part 3
+
+def pick(page, dropdown: str, option: str) -> None:
+    """Choose ``option`` in the dcc.Dropdown with id ``dropdown``."""
+    page.locator(f"#{dropdown}").click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def figure_js(key: str) -> str:
+    return f"document.querySelector('#graph-{key} .js-plotly-plot')"
+
+
+def rows_shown(page, count: int) -> None:
+    page.wait_for_function("document.querySelectorAll('td[data-dash-column=\"trial\"]').length "
+                           f"=== {count}", timeout=WAIT_MS)
+
+
+def test_tabs_sit_in_labelled_rows_that_neither_wrap_nor_cut_a_label(browser, server, study):
+    """At 1,280 px every tab is in its group's row, on one line, its label whole."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(server)
+    page.wait_for_selector('td[data-dash-column="trial"]', timeout=WAIT_MS)
+    expected = views_module.tab_rows(load_snapshot(study))
+    labels = "Array.from(document.querySelectorAll('.tab')).map(t => t.innerText.trim()).join('|')"
+    # The frame's tabs come from the settings; wait for those of the study as read.
+    page.wait_for_function(f"{labels} === {'|'.join(l for _, tabs in expected for _, l in tabs)!r}",
+                           timeout=WAIT_MS)
+    rows = page.evaluate("""Array.from(document.querySelectorAll('.tab-container')).map(c => {
+        const row = c.closest('.tab-row');
+        return {group: row ? row.querySelector('.tab-group').textContent : null,
+                tabs: Array.from(c.querySelectorAll('.tab')).map(t => {
+                    const text = document.createRange();
+                    text.selectNodeContents(t);
+                    const box = t.getBoundingClientRect();
+                    return {label: t.innerText.trim(), top: Math.round(box.top), right: box.right,
+                            lines: new Set(Array.from(text.getClientRects()).map(r => Math.round(r.top))).size,
+                            cut: t.scrollWidth > t.clientWidth}; })}; })""")
+    assert [(r["group"], [t["label"] for t in r["tabs"]]) for r in rows] == \
+        [(group, [label for _, label in tabs]) for group, tabs in expected]
+    for row in rows:
+        assert len({t["top"] for t in row["tabs"]}) == 1, row  # one line of tabs
+        assert all(t["lines"] == 1 and not t["cut"] and t["right"] <= 1280 for t in row["tabs"]), row
+    page.screenshot(path=str(ARTIFACTS / "tabs-1280.png"))
+    context.close()
+
+
+def test_rank_and_edf_views_draw_every_completed_trial(page, study):
+    done = len([t for t in load_snapshot(study).trials if t.state is hpo.TrialStatus.COMPLETE])
+    open_tab(page, "EDF")
+    wait_for_plot(page, "#graph-edf")
+    line = f"{figure_js('edf')}._fullData[0]"
+    page.wait_for_function(f"{line}.y.length === {done}", timeout=WAIT_MS)
+    assert page.evaluate(f"{line}.y[{line}.y.length - 1]") == 1
+    open_tab(page, "Rank")
+    wait_for_plot(page, "#graph-rank")
+    dots = f"{figure_js('rank')}._fullData[0]"
+    page.wait_for_function(f"{dots}.x.length === {done}", timeout=WAIT_MS)
+    colours = page.evaluate(f"Array.from({dots}.marker.color)")
+    assert min(colours) == 0 and max(colours) == 1 and page.errors == []
+
+
+def test_the_axis_pickers_choose_the_contour_and_rank_pair(page, study):
+    first, second, third = load_snapshot(study).param_names[:3]
+    open_tab(page, "Contour")
+    wait_for_plot(page, "#graph-contour")
+    layout = f"{figure_js('contour')}.layout"
+    page.wait_for_function(f"{layout}.xaxis.title.text === {first!r} && "
+                           f"{layout}.yaxis.title.text === {second!r}", timeout=WAIT_MS)
+    pick(page, "axis-y", third)
+    page.wait_for_function(f"{layout}.yaxis.title.text === {third!r}", timeout=WAIT_MS)
+    pick(page, "axis-x", second)
+    page.wait_for_function(f"{layout}.xaxis.title.text === {second!r}", timeout=WAIT_MS)
+    open_tab(page, "Rank")  # the pickers offer the same parameters there
+    wait_for_plot(page, "#graph-rank")
+    pick(page, "axis-x", third)
+    page.wait_for_function(f"{figure_js('rank')}.layout.xaxis.title.text === {third!r}",
+                           timeout=WAIT_MS)
+    assert page.errors == []
+
+
+def test_brushing_the_parallel_coordinates_filters_the_leaderboard_and_the_history(page, study):
+    open_tab(page, "Parallel coordinates")
+    wait_for_plot(page, "#graph-parallel")
+    page.wait_for_selector("#graph-parallel .axis-brush", timeout=WAIT_MS)
+    x, y, w, h = page.evaluate("(() => { const b = Array.from(document.querySelectorAll("
+                               "'#graph-parallel .axis-brush .background')).pop().getBoundingClientRect();"
+                               " return [b.x, b.y, b.width, b.height]; })()")
+    # A real drag along the metric's axis (the last): its upper half, the better trials.
+    page.mouse.move(x + w / 2, y + h * 0.02)
+    page.mouse.down()
+    page.mouse.move(x + w / 2, y + h * 0.5, steps=10)
+    page.mouse.up()
+    metric = f"{figure_js('parallel')}._fullData[0].dimensions.slice(-1)[0]"
+    page.wait_for_function(f"{metric}.constraintrange !== undefined", timeout=WAIT_MS)
+    low, high = page.evaluate(f"{metric}.constraintrange")
+    snap = load_snapshot(study)
+    inside = {t.number for t in snap.trials if t.value is not None and low <= t.value <= high
+              and t.state in (hpo.TrialStatus.COMPLETE, hpo.TrialStatus.PRUNED, hpo.TrialStatus.STOPPED)}
+    assert 0 < len(inside) < len(snap.trials)
+    open_tab(page, "Leaderboard")
+    rows_shown(page, len(inside))
+    assert {int(n) for n in column(page, "trial")} == inside
+    assert f"the {len(inside)} trials selected" in page.locator("#brush-note").inner_text()
+    open_tab(page, "History")
+    wait_for_plot(page, "#graph-history")
+    drawn = (f"{figure_js('history')}._fullData.filter(t => t.name !== 'best so far')"
+             ".reduce((n, t) => n + t.x.length, 0)")
+    page.wait_for_function(f"{drawn} === {len(inside)}", timeout=WAIT_MS)
+    open_tab(page, "Leaderboard")
+    page.locator("#brush-clear").click()
+    rows_shown(page, len(snap.trials))
+    assert page.errors == []
+
+
+def test_the_state_filter_counts_each_state_and_hides_the_unticked(page, study):
+    snap = load_snapshot(study)
+    counts = dict(leaderboard.state_counts(snap))
+    labels = "Array.from(document.querySelectorAll('#states label')).map(l => l.innerText.trim())"
+    page.wait_for_function(f"{labels}.length === {len(counts)}", timeout=WAIT_MS)
+    assert page.evaluate(labels) == [f"{state} {n}" for state, n in counts.items()]
+    assert counts["FAILED"] and counts["PRUNED"] and counts["COMPLETE"]
+    page.locator('#states input[value="FAILED"]').uncheck()
+    rows_shown(page, len(snap.trials) - counts["FAILED"])
+    assert "FAILED" not in column(page, "state")
+    page.locator('#states input[value="PRUNED"]').uncheck()
+    rows_shown(page, len(snap.trials) - counts["FAILED"] - counts["PRUNED"])
+    page.locator('#states input[value="FAILED"]').check()
+    rows_shown(page, len(snap.trials) - counts["PRUNED"])
+    assert page.errors == []
+
+
+def test_csv_downloads_are_the_export_and_the_rows_shown(page, study, tmp_path):
+    exported = tmp_path / "export.csv"
+    proc = subprocess.run([*HPO, "export", str(study), "-o", str(exported)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    with page.expect_download(timeout=WAIT_MS) as download:
+        page.locator("#csv-all").click()
+    assert Path(download.value.path()).read_bytes() == exported.read_bytes()
+    failed = [t.number for t in load_snapshot(study).trials if t.state is hpo.TrialStatus.FAILED]
+    box = page.locator('th.dash-filter[data-dash-column="state"] input[type="text"]')
+    box.fill("FAILED")
+    box.press("Enter")
+    rows_shown(page, len(failed))
+    with page.expect_download(timeout=WAIT_MS) as download:
+        page.locator("#csv-shown").click()
+    with open(download.value.path(), newline="") as f:
+        shown = list(csv.DictReader(f))
+    assert sorted(int(r["trial"]) for r in shown) == sorted(failed)
+    assert all(r["state"] == "FAILED" for r in shown) and "accuracy" in shown[0]
+
+
+def test_one_dashboard_serves_a_runs_directory_with_a_picker_and_a_comparison(browser, tmp_path):
+    runs = tmp_path / "runs"
+    alpha = write_study(runs / "alpha", 40, workers=3, seed=1, name="alpha")
+    beta = write_study(runs / "beta", 30, workers=3, seed=2, name="beta")
+    with serving(runs, tmp_path) as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(url)
+        rows_shown(page, 40)
+        assert page.locator("#summary").inner_text().startswith("study alpha")
+        pick(page, "study", "beta")
+        page.wait_for_function("document.querySelector('#summary').innerText.startsWith('study beta')",
+                               timeout=WAIT_MS)
+        rows_shown(page, 30)
+        open_tab(page, "Compare studies")
+        wait_for_plot(page, "#graph-compare")
+        lines = page.evaluate(f"{figure_js('compare')}._fullData.filter(t => t.xaxis === 'x')"
+                              ".map(t => [t.name, t.y[t.y.length - 1]])")
+        assert lines == [["alpha", load_snapshot(alpha).result.best.value],
+                         ["beta", load_snapshot(beta).result.best.value]]
+        assert errors == []
+        page.close()
