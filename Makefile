@@ -1,5 +1,6 @@
 # make demo: quick-start study (digits, Keras, Dask) in a fresh virtual environment.
 # make test: the whole test suite.
+# make docs: the documentation site in site/ (mkdocs build --strict: broken links fail).
 # Only Python 3.11+, pip and apt are assumed; everything else installs here.
 
 PYTHON ?= python3
@@ -13,7 +14,7 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 # elsewhere: make TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing hpo with TensorFlow, PyTorch, Dask, Optuna and Dash"
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off $(TORCH) | grep --line-buffered -E '^(Collecting|Successfully)' || true
-	$(PY) -m pip install --progress-bar off -e '.[keras,torch,gp,postgres,test]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
+	$(PY) -m pip install --progress-bar off -e '.[keras,torch,gp,postgres,test,docs]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
 	$(PY) -c "import hpo, optuna, distributed, torch, lightning" && echo "make: installed into $(VENV)"
 	touch $@
 
@@ -31,8 +32,12 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
+docs: $(VENV)/.installed
+	$(PY) docs/gen_cli.py
+	$(PY) -m mkdocs build --strict
+
 bench: $(VENV)/.installed
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf runs test-artifacts .pytest_cache
+	rm -rf runs test-artifacts .pytest_cache site

@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
                                    parents=[common], formatter_class=_HelpFormatter)
 
     run = command("run", help="run or resume a study")
-    run.add_argument("space", help="the search space JSON file (see README: The space file)")
+    run.add_argument("space", help="the search space JSON file (see docs/guide/space.md)")
     run.add_argument("--engine", default="auto", choices=("auto", *ENGINES.names),
                      help="auto: compss under runcompss, else dask")
     run.add_argument("--scheduler", metavar="ADDRESS_OR_FILE",

@@ -48,7 +48,7 @@ def add_commands(command) -> None:
 
 
 def _submit_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("space", metavar="SPACE", help="the search space JSON file (see README: The space file)")
+    p.add_argument("space", metavar="SPACE", help="the search space JSON file (see docs/guide/space.md)")
     _allocation_options(p.add_argument_group("the allocation"))
     _site_options(p.add_argument_group("the site (also from a profile: --site, see launchers/README.md)"))
     _engine_options(p.add_argument_group("engine-specific"))
