@@ -237,16 +237,23 @@ def mlp_contenders(address: str, tmp: Path, configs: list[dict]) -> dict[str, Ca
 
 
 def report_mlp(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> None:
-    print(f"\n{MLP}: 27 MLPClassifier configurations x 3-fold CV on digits, {MLP_SLOTS} slots "
-          f"(median of {repeats}):")
+    print_real_workload(f"{MLP}: 27 MLPClassifier configurations x 3-fold CV on digits, "
+                        f"{MLP_SLOTS} slots (median of {repeats}):", times, bests,
+                        lambda config: ", ".join(f"{k}={config[k]:g}" for k in sorted(config)))
+    agree = len({(round(s, 9), tuple(sorted(c.items()))) for s, c in bests.values()}) == 1
+    print(f"  same best configuration and score: {'yes' if agree else 'NO'}")
+
+
+def print_real_workload(title: str, times: dict[str, list[float]], bests: dict[str, Best],
+                        shown: Callable[[dict], str]) -> None:
+    """One row a contender: median time, range, best score and configuration."""
+    print(f"\n{title}")
     print(f"  {'contender':28s} {'time_s':>7s} {'[min-max]':>15s} {'best_acc':>9s}  best configuration")
     for name, values in times.items():
         score, config = bests[name]
         spread = f"[{min(values):.1f}-{max(values):.1f}]"
-        shown = ", ".join(f"{k}={config[k]:g}" for k in sorted(config))
-        print(f"  {name:28s} {statistics.median(values):7.2f} {spread:>15s} {score:9.5f}  {shown}")
-    agree = len({(round(s, 9), tuple(sorted(c.items()))) for s, c in bests.values()}) == 1
-    print(f"  same best configuration and score: {'yes' if agree else 'NO'}")
+        print(f"  {name:28s} {statistics.median(values):7.2f} {spread:>15s} {score:9.5f}  "
+              f"{shown(config)}")
 
 
 # -- the PyTorch CNN grid ------------------------------------------------------------
@@ -294,14 +301,10 @@ def torch_contenders(address: str, tmp: Path, configs: list[dict]) -> dict[str, 
 
 
 def report_torch(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> None:
-    print(f"\n{TORCH}: {len(torch_configurations())} PyTorch CNN configurations x "
-          f"{TORCH_FIXED['max_epochs']} epochs on digits, {MLP_SLOTS} slots (median of {repeats}):")
-    print(f"  {'contender':28s} {'time_s':>7s} {'[min-max]':>15s} {'best_acc':>9s}  best configuration")
-    for name, values in times.items():
-        score, config = bests[name]
-        spread = f"[{min(values):.1f}-{max(values):.1f}]"
-        shown = ", ".join(f"{k}={config[k]}" for k in sorted(TORCH_GRID))
-        print(f"  {name:28s} {statistics.median(values):7.2f} {spread:>15s} {score:9.5f}  {shown}")
+    print_real_workload(f"{TORCH}: {len(torch_configurations())} PyTorch CNN configurations x "
+                        f"{TORCH_FIXED['max_epochs']} epochs on digits, {MLP_SLOTS} slots "
+                        f"(median of {repeats}):", times, bests,
+                        lambda config: ", ".join(f"{k}={config[k]}" for k in sorted(TORCH_GRID)))
     scores = {round(s, 6) for s, _ in bests.values()}
     print(f"  same best score: {'yes' if len(scores) == 1 else 'NO'}")
 

@@ -259,3 +259,46 @@ def _wait_ready(port: int, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str):
+    """A real tmpfs of ``size`` ("16m") at ``mount``, a file system of the
+    test's own to fill up or make read-only; skips where it cannot be
+    mounted (mounting needs root)."""
+    mount.mkdir(exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def hpo_run_on(scheduler: str, space: dict, tmp_path: Path) -> subprocess.Popen:
+    """``hpo run`` of ``space`` on the Dask cluster at ``scheduler``, as a
+    user starts it, its run directories under ``tmp_path``."""
+    import json
+
+    path = tmp_path / "space.json"
+    path.write_text(json.dumps(space))
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpo", "run", str(path), "--engine", "dask", "--quiet",
+         "--scheduler", scheduler, "--runs-dir", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def running_pid(run_dir: Path, reports: int) -> int | None:
+    """The process of the study's only trial once it reported ``reports``
+    steps; None before."""
+    import hpo
+
+    try:
+        (trial,) = hpo.store.RunDir(run_dir).load_study().trials
+    except (hpo.UsageError, ValueError, KeyError):
+        return None
+    run = trial.system_attrs.get("hpo:run")
+    return run["pid"] if run and len(trial.intermediate_values) >= reports else None
+

@@ -13,7 +13,7 @@ import pytest
 
 import hpo
 from hpo.trial import TrialStatus
-from conftest import ROOT, toy_space, wait_for
+from conftest import ROOT, hpo_run_on, running_pid, toy_space, wait_for
 
 
 def complete(run_dir) -> list[hpo.TrialRecord]:
@@ -60,28 +60,14 @@ def test_trial_on_a_killed_worker_runs_again_elsewhere_and_counts_once(tmp_path)
     run_dir = tmp_path / "workerloss"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0", resources={"CPU": 1}) as cluster:
-        path = tmp_path / "space.json"
-        path.write_text(json.dumps(space))
-        study = subprocess.Popen(
-            [sys.executable, "-m", "hpo", "run", str(path), "--engine", "dask", "--quiet",
-             "--scheduler", cluster.scheduler_address, "--runs-dir", str(tmp_path)],
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
-        pid = wait_for(lambda: _running_pid(run_dir), what="the trial to report 3 steps")
+        study = hpo_run_on(cluster.scheduler_address, space, tmp_path)
+        pid = wait_for(lambda: running_pid(run_dir, 3), what="the trial to report 3 steps")
         os.kill(pid, signal.SIGKILL)  # the worker process dies mid-trial
         assert study.wait(timeout=120) == 0
     (trial,) = hpo.StudyResult.load(run_dir).trials  # counted once
     assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
     assert [e["kind"] for e in trial.events] == ["retried"] and str(pid) in trial.events[0]["reason"]
     assert reported_steps(trial, run_dir) == list(range(12))  # resumed, not restarted
-
-
-def _running_pid(run_dir) -> int | None:
-    try:
-        (trial,) = hpo.store.RunDir(run_dir).load_study().trials
-    except (hpo.UsageError, ValueError, KeyError):
-        return None
-    run = trial.system_attrs.get("hpo:run")
-    return run["pid"] if run and len(trial.intermediate_values) >= 3 else None
 
 
 # ------------------------------------------------------------ master loss

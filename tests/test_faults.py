@@ -19,7 +19,7 @@ import pytest
 
 import hpo
 from hpo.trial import TrialStatus
-from conftest import ROOT, toy_space, wait_for
+from conftest import ROOT, tmpfs, toy_space, wait_for
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HPO_HEARTBEAT_S": "1"}
 QUALITIES = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
@@ -116,16 +116,8 @@ def test_a_master_stopped_while_another_took_over_writes_nothing_more(tmp_path):
 def small_fs(tmp_path):
     """A 16 MiB tmpfs of this test's own: a real file system to fill up or
     make read-only (needs root, as mounting does)."""
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", "16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(mount: Path) -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import hpo
-from conftest import ROOT, stop_processes, toy_space, wait_for
+from conftest import ROOT, stop_processes, tmpfs, toy_space, wait_for
 from hpo.data import (
     STAGED_LOG, DataSection, StagedData, StagingError, UnknownDataItem, node_folder, remove_copies,
     stage,
@@ -306,16 +306,8 @@ def test_nodes_the_master_cannot_reach_are_named_with_their_copies(dataset, tmp_
 @pytest.fixture
 def small_fs(tmp_path):
     """A 1 MiB tmpfs: a real file system too small for the dataset (mounting needs root)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "small", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_node_disk_stops_the_study_and_fails_no_trial(hpo, dataset, tmp_path, small_fs):

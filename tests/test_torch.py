@@ -18,7 +18,9 @@ pytest.importorskip("lightning")
 
 import hpo  # noqa: E402
 from hpo.trial import Trial, TrialStatus  # noqa: E402
-from conftest import ROOT, curve, run_in_segments, toy_space, wait_for  # noqa: E402
+from conftest import (  # noqa: E402
+    ROOT, curve, hpo_run_on, run_in_segments, running_pid, toy_space, wait_for,
+)
 
 TORCH = "hpo.examples.torch_digits:train"
 LIGHTNING = "hpo.examples.lightning_digits:train"
@@ -117,13 +119,8 @@ def test_a_torch_trial_on_a_killed_worker_resumes_from_its_checkpoint(tmp_path):
     run_dir = tmp_path / "workerloss"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0", resources={"CPU": 1}) as cluster:
-        path = tmp_path / "space.json"
-        path.write_text(json.dumps(space))
-        study = subprocess.Popen(
-            [sys.executable, "-m", "hpo", "run", str(path), "--engine", "dask", "--quiet",
-             "--scheduler", cluster.scheduler_address, "--runs-dir", str(tmp_path)],
-            env={**os.environ, "PYTHONPATH": str(ROOT)})
-        pid = wait_for(lambda: _pid_after(run_dir, 3), timeout=180, what="the trial's third epoch")
+        study = hpo_run_on(cluster.scheduler_address, space, tmp_path)
+        pid = wait_for(lambda: running_pid(run_dir, 3), timeout=180, what="the trial's third epoch")
         os.kill(pid, signal.SIGKILL)  # the worker process dies mid-trial
         assert study.wait(timeout=300) == 0
     (trial,) = hpo.StudyResult.load(run_dir).trials
@@ -132,15 +129,6 @@ def test_a_torch_trial_on_a_killed_worker_resumes_from_its_checkpoint(tmp_path):
     assert sorted(stored.intermediate_values) == list(range(40))
     log = next((run_dir / "trials").glob("*/output.log")).read_text()
     assert ", from step " in log  # the second attempt went on from the checkpoint
-
-
-def _pid_after(run_dir, epochs: int) -> int | None:
-    try:
-        (trial,) = hpo.store.RunDir(run_dir).load_study().trials
-    except (hpo.UsageError, ValueError, KeyError):
-        return None
-    run = trial.system_attrs.get("hpo:run")
-    return run["pid"] if run and len(trial.intermediate_values) >= epochs else None
 
 
 def test_the_fashion_mnist_cnn_trains_on_debians_data(tmp_path):
