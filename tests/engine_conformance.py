@@ -184,13 +184,13 @@ class EngineConformance:
 
     def test_a_trial_past_its_time_limit_times_out_and_the_study_goes_on(self, kit, tmp_path):
         space = toy_space("limit", "hpo.examples.toy:sleep", resources={"time_limit_s": 6},
-                          search={"parallel": kit.slots}, space={"sleep_s": [0.1, 60.0]})
-        began = time.monotonic()
+                          search={"parallel": kit.slots}, space={"sleep_s": [0.1, 3600.0]})
+        # A child waited for, not killed, would outlast the test's timeout.
         result = kit.run(space, tmp_path)
         by_sleep = {t.params["sleep_s"]: t for t in result.trials}
         assert by_sleep[0.1].state is hpo.TrialStatus.COMPLETE
-        assert by_sleep[60.0].state is hpo.TrialStatus.TIMEOUT and "time_limit_s=6" in by_sleep[60.0].error
-        assert time.monotonic() - began < 50  # the child was killed, not waited for
+        assert by_sleep[3600.0].state is hpo.TrialStatus.TIMEOUT
+        assert "time_limit_s=6" in by_sleep[3600.0].error
 
     def test_a_target_stop_ends_the_study_and_stops_running_trials(self, kit, tmp_path):
         # The fastest trial reaches the target; those running beside it stop at

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -135,9 +134,7 @@ def test_validate_huge_grid_is_lazy(tmp_path):
         "objective": "hpo.examples.toy:quadratic",
         "space": {f"p{i}": {"type": "int", "low": 0, "high": 9} for i in range(9)},
     }))
-    start = time.monotonic()
-    out = ok(run("validate", space)).stdout
-    assert time.monotonic() - start < 20
+    out = ok(run("validate", space)).stdout  # an eager grid would exhaust memory or time out
     assert "grid size   1,000,000,000" in out
     assert all(f"p{i}  int [0, 9]" in out for i in range(9))
 
@@ -233,9 +230,7 @@ def test_export_json_to_file(quad, tmp_path):
 
 def test_same_command_resumes(quad):
     # Runs after the read-only checks above (pytest keeps file order).
-    start = time.monotonic()
     proc = ok(hpo_main(*quad["args"]))
-    assert time.monotonic() - start < 30
     assert "8 trials: 8 complete" in proc.stdout
     assert _first_row(proc.stdout)["x"] == "2"
     summary = _status(quad["run_dir"])

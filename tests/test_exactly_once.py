@@ -36,13 +36,25 @@ def finish(process: subprocess.Popen, timeout: float = 180) -> tuple[int, str]:
     return process.returncode, out + err
 
 
+def store_of(run_dir: Path):
+    """The study's store, read-only; None while the study is not in it yet."""
+    try:
+        return RunDir(run_dir).open_store(read_only=True)
+    except UsageError:  # no run directory, journal or study yet
+        return None
+
+
 def states(run_dir: Path) -> Counter:
     """The trials' statuses; none while the study is not in its store yet."""
-    try:
-        store = RunDir(run_dir).open_store(read_only=True)
-    except UsageError:  # no run directory, journal or study yet: nothing to count
-        return Counter()
-    return Counter(status_of(t).name for t in store.trials())
+    store = store_of(run_dir)
+    return Counter() if store is None else Counter(status_of(t).name for t in store.trials())
+
+
+def stop_recorded(run_dir: Path) -> dict | None:
+    """Why the master stops the study, once it has recorded it (it then gives
+    running trials their grace); None before, or while there is no study yet."""
+    store = store_of(run_dir)
+    return None if store is None else store.stop()
 
 
 def trial_processes(master: int) -> list[psutil.Process]:
@@ -113,13 +125,19 @@ def test_a_second_signal_does_not_cut_the_stop_short(tmp_path):
     # SLURM may send USR1 and then SIGTERM: the running trial still gets its grace.
     args = ("run", str(SPACES / "orphan.json"), "--engine", "inline", "--runs-dir", str(tmp_path),
             "--quiet")
-    master = hpo(*args, env={"SLOWOBJ_STEP_S": "3"})
+    gate = tmp_path / "gate"  # the trial's first step lasts until the test opens it
+    master = hpo(*args, env={"SLOWOBJ_GATE": str(gate)})
     run_dir = tmp_path / "orphan"
-    wait_for(lambda: run_dir.joinpath("journal.log").exists() and states(run_dir)["RUNNING"] == 1,
-             what="the first trial running")
-    master.send_signal(signal.SIGUSR1)
-    time.sleep(1)  # inside the grace: the trial is in its 3 s step
-    master.send_signal(signal.SIGTERM)
+    try:
+        # states() counts nothing (a false condition) until the study is in its store.
+        wait_for(lambda: states(run_dir)["RUNNING"] == 1, what="the first trial running")
+        master.send_signal(signal.SIGUSR1)
+        wait_for(lambda: stop_recorded(run_dir), what="the master stopping on SIGUSR1")
+        # Inside the grace: the trial is still in its first step, the gate shut.
+        assert master.poll() is None and states(run_dir)["RUNNING"] == 1
+        master.send_signal(signal.SIGTERM)
+    finally:
+        gate.touch()  # the step ends; the trial checkpoints and suspends
     code, output = finish(master)
     assert code == 128 + signal.SIGUSR1, output
     assert states(run_dir)["SUSPENDED"] == 1 and states(run_dir)["RUNNING"] == 0

@@ -75,7 +75,7 @@ def test_toy_objectives():
     assert time.monotonic() - start >= 0.15
     start = time.monotonic()
     assert toy.slow({"sleep_s": 30}, FakeTrial(stop_after=0)) == {"value": 1.0}
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 15  # stopped early: far less than its 30 s sleep
 
 
 # ------------------------------------------------------------- sklearn

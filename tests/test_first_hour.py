@@ -15,7 +15,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,10 +55,8 @@ def test_a_script_without_the_main_guard_stops_at_once_saying_what_to_add(tmp_pa
     body = _readme_python_example().replace('if __name__ == "__main__":', "if True:")
     script = tmp_path / "unguarded.py"
     script.write_text(body)
-    start = time.monotonic()
-    proc = _python(script, tmp_path)
+    proc = _python(script, tmp_path)  # one that hangs instead runs into its timeout and fails
     assert proc.returncode == 1
-    assert time.monotonic() - start < 60
     last = proc.stderr.strip().splitlines()
     assert any('if __name__ == "__main__":' in line and "fix:" in line for line in last), proc.stderr
     assert f"{script}, line " in proc.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from pathlib import Path
 
@@ -185,13 +184,11 @@ def test_distributions_fit_stepped_ranges_without_warnings():
 
 def test_billion_point_grid_is_lazy_and_exact():
     params = {f"p{k}": IntParam(f"p{k}", 0, 9) for k in range(9)}
-    start = time.perf_counter()
-    grid = Grid(params)
+    grid = Grid(params)  # a billion dicts made eagerly would never fit: lazy or this fails
     assert len(grid) == grid.size == 10**9
     assert grid[123456789] == {f"p{k}": int(d) for k, d in enumerate("123456789")}
     assert grid[10**9 - 1] == {f"p{k}": 9 for k in range(9)}
     assert grid.index(grid[987654321]) == 987654321 and grid[5] in grid
-    assert time.perf_counter() - start < 0.5
     with pytest.raises(IndexError):
         grid[10**9]
 
