@@ -136,6 +136,7 @@ def run(
     run_dir.check(record, storage, allow_changes)
     if storage:
         check_storage_url(storage)
+    _refuse_ignored(engine, scheduler, workers)
     done = _complete(run_dir, spec)
     if done is not None:  # said before any engine starts, and none is started
         why, result = done
@@ -180,12 +181,18 @@ class _Say:
             print(f"hpo: {text} ({time.monotonic() - self._started:.1f} s)", file=sys.stderr, flush=True)
 
 
-def _engine(engine: str | Engine, spec: StudySpec, scheduler: str | None,
-            workers: int | None) -> Engine:
+def _refuse_ignored(engine: str | Engine, scheduler: str | None, workers: int | None) -> None:
+    """An engine object is configured already: scheduler= and workers= would be ignored."""
     if not isinstance(engine, Engine):
-        return make_engine(engine, spec, scheduler=scheduler, workers=workers)
+        return
     if scheduler or workers:  # they would be ignored: refuse rather than surprise
         raise UsageError("scheduler= and workers= configure an engine chosen by name; the "
                          f"{engine.name} engine object passed is configured already.\n"
                          "  fix: drop them, or set them on the engine object")
+
+
+def _engine(engine: str | Engine, spec: StudySpec, scheduler: str | None,
+            workers: int | None) -> Engine:
+    if not isinstance(engine, Engine):
+        return make_engine(engine, spec, scheduler=scheduler, workers=workers)
     return engine

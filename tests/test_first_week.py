@@ -182,7 +182,10 @@ def test_ctrl_c_prints_no_tracebacks_and_running_trials_suspend(tmp_path, foregr
     assert "Ctrl-C again exits at once" in said
     assert "saved no checkpoint" in said  # toy:slow saves none: the next run starts them afresh
     states = _states(run_dir)
-    assert sorted(states.values()).count("SUSPENDED") == 2 and "FAILED" not in states.values()
+    # The two running trials suspend; a queued one a freed worker started just
+    # as the stop came is suspended too, the others are handed back unstarted.
+    assert list(states.values()).count("SUSPENDED") >= 2
+    assert set(states.values()) <= {"SUSPENDED", "PENDING"}
 
 
 def test_a_second_ctrl_c_exits_at_once_and_hands_the_trials_back(tmp_path, foreground):
