@@ -33,6 +33,7 @@ reports that epoch again (same step), and loses nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Iterator
@@ -218,8 +219,6 @@ class Training:
 def _timer(trial: Any, kind: str) -> Any:
     """The trial's checkpoint timer (the scheduler keeps quanta long enough
     for a save and a restore), or none for a hand-made stand-in."""
-    import contextlib
-
     timer = getattr(trial, "checkpoint_timer", None)
     return timer(kind) if timer else contextlib.nullcontext()
 
