@@ -18,7 +18,7 @@ TORCH ?= torch==2.13.0
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing hpo with TensorFlow, PyTorch, Dask, Optuna and Dash"
-	@echo "make: (about 2.5 minutes and 3 GB on a first install; pip's own lines follow)"
+	@echo "make: (about 3 minutes and 3 GB on a first install; pip's own lines follow)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off $(TORCH) | grep --line-buffered -E '^(Collecting|Successfully)' || true
