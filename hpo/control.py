@@ -253,8 +253,9 @@ class Controller:
                 self._allocator.propose(proposal.number, proposal.trial_id, proposal.params)
         else:
             tasks = [self._task(p.number, p.trial_id, p.params, new=True) for p in proposals]
+            submitted_at = time.time()
             for task, handle in zip(tasks, self.engine.submit_many(tasks)):
-                self._in_flight[task.number] = InFlight(task, handle)
+                self._in_flight[task.number] = InFlight(task, handle, submitted_at)
         return bool(proposals)
 
     def _start_queued(self, trial: optuna.trial.FrozenTrial) -> None:
@@ -305,7 +306,9 @@ class Controller:
         self._submit(task, priority=True)
 
     def _submit(self, task: TrialTask, priority: bool = False) -> None:
-        self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority))
+        submitted_at = time.time()
+        self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority),
+                                                submitted_at)
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
               after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:

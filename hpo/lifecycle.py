@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -50,6 +50,8 @@ class InFlight:
 
     task: TrialTask
     handle: Any
+    # When it was handed to the engine: only an attempt started since is this task's.
+    submitted_at: float = field(default_factory=time.time)
 
     @property
     def trial_id(self) -> int:
@@ -169,7 +171,14 @@ def fallen_silent(store: StudyStore, flights: Flights, looked: list[float]) -> l
     looked[0] = now
     return [number for number, flight in flights.items()
             if status_of(trial := store.trial(flight.trial_id)) is TrialStatus.RUNNING
-            and fell_silent(trial)]
+            and _started_since(trial, flight.submitted_at) and fell_silent(trial)]
+
+
+def _started_since(trial: optuna.trial.FrozenTrial, submitted_at: float) -> bool:
+    """Whether the trial's current attempt or segment is the task's own: an
+    earlier master's attempt, silent because it died, says nothing of the
+    worker that holds the new task and has yet to start it."""
+    return (run_of(trial).get("segment_started_at") or 0.0) >= submitted_at
 
 
 def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
