@@ -4,6 +4,7 @@ cores, on N cores no other trial holds, as COMPSs binds its tasks."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 
 import pytest
@@ -17,7 +18,10 @@ needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="n
 
 
 @needs_two_cores
-def test_concurrent_trials_get_cores_of_their_own_and_give_them_back():
+def test_concurrent_trials_get_cores_of_their_own_and_give_them_back(tmp_path, monkeypatch):
+    # Cores are claimed machine-wide: a claims folder of its own keeps other
+    # hpo processes on this machine out of the count.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = os.sched_getaffinity(0)
     holding, release, seen = threading.Barrier(2), threading.Event(), []
 
@@ -61,7 +65,8 @@ def test_a_one_cpu_dask_trial_trains_tensorflow_on_one_thread_and_one_core(tmp_p
 
     # One worker process with both cores (2 threads): two 1-CPU trials share it.
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address=":0", resources={"CPU": 2}) as cluster:
+                      dashboard_address=":0", resources={"CPU": 2},
+                      env={"TMPDIR": str(tmp_path)}) as cluster:  # its own claims folder
         space = {"name": "bound", "objective": "hpo.examples.keras_digits:train",
                  "metric": {"name": "val_accuracy"}, "search": {"algorithm": "grid", "parallel": 2},
                  "resources": {"cpus": 1}, "fixed": {"num_epochs": 2},
