@@ -37,7 +37,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from hpo.torch import restore_rng_states, rng_states
+from hpo.torch import best_epoch, checkpoint_timer, restore_rng_states, rng_states
 
 __all__ = ["HpoCallback", "CHECKPOINT_NAME"]
 
@@ -78,11 +78,7 @@ class HpoCallback(pl.Callback):
     def best(self, metric: str, direction: str = "maximize") -> dict[str, float]:
         """The metrics of the trial's best reported epoch, over all its
         segments and attempts (a resumed ``fit`` has seen only its own)."""
-        reports = [m for _, m in self.trial.reports if metric in m]
-        if not reports:
-            raise ValueError(f"no epoch of this trial reported {metric!r}")
-        sign = 1 if direction == "maximize" else -1
-        return max(reports, key=lambda m: sign * m[metric])
+        return best_epoch(self.trial, metric, direction)
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         timer = getattr(self.trial, "batch", None)  # times the first batches (rate allocation)
@@ -129,8 +125,7 @@ class HpoCallback(pl.Callback):
         if self.path is None:
             return
         partial = self.path.with_name(f".{self.path.name}.partial")
-        timer = getattr(self.trial, "checkpoint_timer", None)
-        with timer("save") if timer else contextlib.nullcontext():
+        with checkpoint_timer(self.trial, "save"):
             trainer.save_checkpoint(partial)
             trainer.strategy.barrier("hpo-checkpoint")
             if trainer.is_global_zero:

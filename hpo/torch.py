@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Training", "device", "limit_gpu_memory", "rng_states", "restore_rng_states",
-           "torchrun_command"]
+__all__ = ["Training", "best_epoch", "checkpoint_timer", "device", "limit_gpu_memory", "rng_states",
+           "restore_rng_states", "torchrun_command"]
 
 CHECKPOINT_NAME = "torch.pt"
 
@@ -165,11 +165,7 @@ class Training:
     def best(self, metric: str, direction: str = "maximize") -> dict[str, float]:
         """The metrics of the best reported epoch (all segments and attempts
         of the trial: a resumed loop has seen only its own)."""
-        reports = [m for _, m in self.trial.reports if metric in m]
-        if not reports:
-            raise ValueError(f"no epoch of this trial reported {metric!r}")
-        sign = 1 if direction == "maximize" else -1
-        return max(reports, key=lambda m: sign * m[metric])
+        return best_epoch(self.trial, metric, direction)
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint holds."""
@@ -187,7 +183,7 @@ class Training:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with _timer(self.trial, "save"):
+        with checkpoint_timer(self.trial, "save"):
             with open(partial, "wb") as f:
                 torch.save(self.state(), f)
                 f.flush()
@@ -199,7 +195,7 @@ class Training:
         to train next (0 for a fresh trial)."""
         if self.path is None or not self.path.exists():
             return 0
-        with _timer(self.trial, "restore"):
+        with checkpoint_timer(self.trial, "restore"):
             state = torch.load(self.path, map_location="cpu", weights_only=True)
         for name, part in self.parts.items():
             part.load_state_dict(state[name])
@@ -216,7 +212,17 @@ class Training:
         return getattr(self.sampler, "generator", None)
 
 
-def _timer(trial: Any, kind: str) -> Any:
+def best_epoch(trial: Any, metric: str, direction: str = "maximize") -> dict[str, float]:
+    """The metrics of ``trial``'s best reported epoch by ``metric``, over all
+    its segments and attempts (``trial.reports``)."""
+    reports = [m for _, m in trial.reports if metric in m]
+    if not reports:
+        raise ValueError(f"no epoch of this trial reported {metric!r}")
+    sign = 1 if direction == "maximize" else -1
+    return max(reports, key=lambda m: sign * m[metric])
+
+
+def checkpoint_timer(trial: Any, kind: str) -> Any:
     """The trial's checkpoint timer (the scheduler keeps quanta long enough
     for a save and a restore), or none for a hand-made stand-in."""
     timer = getattr(trial, "checkpoint_timer", None)
