@@ -78,6 +78,24 @@ def test_cpu_trials_use_both_workers(mixed_cluster, tmp_path):
     assert set(_pids(tmp_path / "cpu").values()) == set(pids.values())
 
 
+def test_a_worker_beats_as_often_as_its_master_asks_whatever_its_own_environment(
+        mixed_cluster, tmp_path, monkeypatch):
+    """The master judges a trial lost after missing three of its heartbeats;
+    workers started without its HPO_HEARTBEAT_S (10 s by default) must beat
+    that often too, or the master takes a healthy worker out of the cluster."""
+    scheduler_file, pids = mixed_cluster
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")  # the master's; the workers started without it
+    space = toy_space("beat", "hpo.examples.toy:curve", fixed={"steps": 16, "step_s": 0.5},
+                      space={"quality": [1.0]})
+    result = hpo.run(space, engine="dask", scheduler=scheduler_file, runs_dir=tmp_path, progress=False)
+    (trial,) = result.trials
+    assert trial.state is hpo.TrialStatus.COMPLETE and trial.attempt == 1 and trial.events == []
+    from distributed import Client
+
+    with Client(scheduler_file=scheduler_file) as client:
+        assert len(client.scheduler_info()["workers"]) == len(pids)  # none taken out
+
+
 def test_unsatisfiable_resources_are_refused_before_submitting(mixed_cluster, tmp_path):
     scheduler_file, _ = mixed_cluster
     space = toy_space("greedy", resources={"gpus": 2})

@@ -1,5 +1,7 @@
-"""Heartbeats: a running attempt says it is alive every ``heartbeat_s()``, so
-that a master can tell a trial still running elsewhere from a lost one."""
+"""Heartbeats: a running attempt says it is alive every ``heartbeat_s()`` of
+its master (the period travels with its task: a worker's own environment may
+say otherwise), so that the master can tell a trial still running elsewhere
+from a lost one."""
 
 from __future__ import annotations
 
@@ -33,11 +35,12 @@ def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
 
 
 @contextmanager
-def beating(link: TrialLink) -> Iterator[None]:
-    """Beat for the attempt of ``link`` while the block runs (its start record
-    counts as the first beat). No beat is written after the block."""
+def beating(link: TrialLink, period_s: float) -> Iterator[None]:
+    """Beat for the attempt of ``link`` every ``period_s`` while the block
+    runs (its start record counts as the first beat). No beat is written
+    after the block."""
     pulse = _Pulse.here()
-    beat = _Beat(link, time.monotonic() + heartbeat_s())
+    beat = _Beat(link, period_s)
     pulse.add(beat)
     try:
         yield
@@ -46,10 +49,10 @@ def beating(link: TrialLink) -> Iterator[None]:
 
 
 class _Beat:
-    __slots__ = ("link", "due")
+    __slots__ = ("link", "period_s", "due")
 
-    def __init__(self, link: TrialLink, due: float) -> None:
-        self.link, self.due = link, due
+    def __init__(self, link: TrialLink, period_s: float) -> None:
+        self.link, self.period_s, self.due = link, period_s, time.monotonic() + period_s
 
 
 class _Pulse:
@@ -93,7 +96,7 @@ class _Pulse:
                 beat = self._next()
                 if beat is None:
                     continue
-                beat.due = time.monotonic() + heartbeat_s()
+                beat.due = time.monotonic() + beat.period_s
                 self._writing = beat
                 self._changed.release()
                 try:

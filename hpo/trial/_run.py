@@ -70,7 +70,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
     saved_before = checkpoint_files(Path(task.checkpoint_dir))
     while True:
         try:
-            with beating(link):
+            with beating(link, task.heartbeat_s):
                 result = _attempt(task, link.token, context)
         except TaskInterrupted as interruption:  # cancelled, not timed out
             _give_up(link, task, _end_record(run, AttemptResult(error={

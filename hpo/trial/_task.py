@@ -18,6 +18,7 @@ from hpo.store import RunDir, TrialContext, context_of
 from hpo.store.records import TrialStatus
 from hpo.scheduling import QuantumRule
 from hpo.trial._objective import Objective, objective_path
+from hpo.trial._pulse import heartbeat_s as period_here
 
 if TYPE_CHECKING:
     from hpo.allocation import Placement, TrialShape
@@ -90,6 +91,9 @@ class TrialTask:
     # Folders the objective module is imported from first (objective_path:
     # the space file's folder and the master's current directory).
     pythonpath: tuple[str, ...] = ()
+    # The master's heartbeat period (HPO_HEARTBEAT_S where it runs): it judges
+    # the trial lost after missing a few, whatever the worker's environment says.
+    heartbeat_s: float = field(default_factory=period_here)
 
     @classmethod
     def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
