@@ -8,11 +8,14 @@ access and opened anywhere. Everything placed in the HTML is escaped.
 from __future__ import annotations
 
 import html
+import itertools
 from pathlib import Path
+
+import plotly.graph_objects as go
 
 from hpo.dashboards import leaderboard
 from hpo.dashboards.data import Snapshot, gc_paused, load_snapshot
-from hpo.dashboards.views import summary, views_of
+from hpo.dashboards.views import PARETO, View, summary, views_of
 
 __all__ = ["build_report", "write_report"]
 
@@ -52,17 +55,29 @@ def build_report(snap: Snapshot) -> str:
         "<section id=\"leaderboard\"><h2>Leaderboard</h2>",
         f"<div class=\"scroll\">{leaderboard.html_table(snap, LEADERBOARD_ROWS)}</div></section>",
     ]
-    for i, view in enumerate(views_of(snap)):
-        figure = view.figure(snap)
-        # Plotly's JavaScript inline once, in the first figure; the others reuse it.
-        div = figure.to_html(full_html=False, include_plotlyjs=i == 0, div_id=f"plot-{view.key}",
-                             config={"displaylogo": False, "responsive": True})
-        front = (f"<pre>{esc(snap.result.pareto_table())}</pre>" if view.key == "pareto" else "")
+    first = True
+    for view in views_of(snap):
+        divs = []
+        for n, figure in enumerate(_figures(snap, view)):
+            # Plotly's JavaScript inline once, in the first figure; the others reuse it.
+            divs.append(figure.to_html(full_html=False, include_plotlyjs=first,
+                                       div_id=f"plot-{view.key}" + (f"-{n}" if n else ""),
+                                       config={"displaylogo": False, "responsive": True}))
+            first = False
+        front = (f"<pre>{esc(snap.result.pareto_table())}</pre>" if view is PARETO else "")
         parts.append(f"<section id=\"{view.key}\" class=\"view\"><h2>{esc(view.label)}</h2>"
-                     f"<p class=\"what\">{esc(view.what)}</p>{div}{front}</section>")
+                     f"<p class=\"what\">{esc(view.what)}</p>{''.join(divs)}{front}</section>")
     parts.append(_failures(snap))
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _figures(snap: Snapshot, view: View) -> list[go.Figure]:
+    """What the report draws of a view. A file has no axis menus: the Pareto
+    front of three or more objectives is drawn on every pair of them."""
+    if view is PARETO and len(snap.objectives) > 2:
+        return [view.figure(snap, x, y) for x, y in itertools.combinations(view.axes(snap), 2)]
+    return [view.figure(snap)]
 
 
 def _metrics_text(snap: Snapshot) -> str:

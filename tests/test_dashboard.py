@@ -833,3 +833,12 @@ def test_the_tabs_are_grouped_in_rows_with_every_view_once(rich_study, synthetic
         assert sorted(keys) == sorted(["leaderboard", "trial", *(["compare"] if count > 1 else []),
                                        *(v.key for v in views.views_of(snap))])
         assert max(len(tabs) for _, tabs in rows) <= 7
+
+
+def test_the_report_draws_the_pareto_front_on_every_pair_of_objectives(three_objectives):
+    """A report has no axis menus: with three objectives, each pair is drawn."""
+    text = build_report(load_snapshot(three_objectives))
+    pairs = re.findall(r"Pareto front: (\w+) \(\w+\) against (\w+) \(\w+\)", text)
+    assert sorted(set(pairs)) == [("latency_ms", "memory_mb"), ("val_accuracy", "latency_ms"),
+                                  ("val_accuracy", "memory_mb")]
+    assert text.count('id="plot-pareto') == 3
