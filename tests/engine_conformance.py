@@ -143,16 +143,19 @@ class EngineConformance:
 
     def test_a_queued_task_is_cancelled(self, kit, tmp_path):
         spec = parse_spec(toy_space("cancel", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
-                                    space={"x": list(range(kit.slots + 2))}))
+                                    space={"x": list(range(kit.slots + 3))}))
         tasks = stored_tasks(spec, tmp_path / "cancel")
+        cancelled, later = tasks[-2], tasks[-1]
         with kit.engine(spec) as engine:
             follow_the_store(engine, tasks[0])
-            handles = [engine.submit(task) for task in tasks]
-            engine.cancel(handles[-1])  # queued behind a full set of running tasks
-            settle_all(engine, handles[:-1])
-            time.sleep(1.0)  # time enough to start it, were it not cancelled
+            handles = [engine.submit(task) for task in tasks[:-1]]
+            engine.cancel(handles.pop())  # queued behind a full set of running tasks
+            # Queued after it: the queue runs in order, so once this task has
+            # run to its end, the cancelled one would have started before it.
+            handles.append(engine.submit(later))
+            settle_all(engine, handles)
         ran = {t.number: bool(run_of(t)) for t in RunDir(tmp_path / "cancel").open_store().trials()}
-        assert ran == {task.number: task is not tasks[-1] for task in tasks}
+        assert ran == {task.number: task is not cancelled for task in tasks}
 
     def test_a_priority_task_goes_ahead_of_queued_ones(self, kit, tmp_path):
         spec = parse_spec(toy_space("priority", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
