@@ -30,7 +30,7 @@ from hpo.engines import Engine
 from hpo.errors import EngineLost, StoreUnavailable
 from hpo.store import MACHINE_FAULTS, StudyStore, process_alive, unwritable
 from hpo.store.records import (
-    TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
+    UNFINISHED_STATES, TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
 )
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
 
@@ -40,8 +40,6 @@ __all__ = [
     "fallen_silent", "machine_fault", "never_started", "unfinished", "finished", "collect", "stop",
     "cancel_pending", "suspend_running", "stop_suspended", "resume_lost", "LOST_TASK_RETRIES",
 ]
-
-_RUNNING = optuna.trial.TrialState.RUNNING
 
 
 @dataclass
@@ -71,7 +69,7 @@ def await_live_trials(store: StudyStore, progress: bool) -> None:
     stale_after = SILENT_HEARTBEATS * heartbeat_s()
     told = False
     while True:
-        running = [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.RUNNING
+        running = [t for t in store.trials(*UNFINISHED_STATES) if status_of(t) is TrialStatus.RUNNING
                    and not fell_silent(t) and not _gone_from_here(t)]
         if not running:
             return
@@ -98,7 +96,7 @@ MASTER_DEATHS = 2
 def fail_master_killers(store: StudyStore) -> None:
     """Trials the master died inside (``--engine inline``): failed, with the
     reason, once it happened ``MASTER_DEATHS`` times; else said, and resumed."""
-    for trial in store.trials(_RUNNING):
+    for trial in store.trials(*UNFINISHED_STATES):
         run = run_of(trial)
         if status_of(trial) is not TrialStatus.RUNNING or not run.get("in_master"):
             continue
@@ -132,12 +130,12 @@ def never_started(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
     hands them back; a master that died leaves them): the next master runs
     them first, as they are, so a stop and resume adds no trial and counts
     none as cancelled."""
-    return [t for t in store.trials(_RUNNING) if status_of(t) is TrialStatus.PENDING]
+    return [t for t in store.trials(*UNFINISHED_STATES) if status_of(t) is TrialStatus.PENDING]
 
 
 def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
     """Trials started by an earlier run and not finished: suspended, or lost."""
-    return [t for t in store.trials(_RUNNING)
+    return [t for t in store.trials(*UNFINISHED_STATES)
             if status_of(t) in (TrialStatus.SUSPENDED, TrialStatus.RUNNING)]
 
 

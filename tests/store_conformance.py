@@ -30,7 +30,7 @@ import pytest
 
 import hpo
 from hpo.store import StudyRelay, StudyStore, TrialLink, open_storage, split_relay
-from hpo.store.records import REPORT_ATTR, RUN_ATTR
+from hpo.store.records import CONTENDER_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, STOP_ATTR, status_of
 from hpo.trial import TrialStatus, TrialTask, open_trial, run_trial
 from conftest import ROOT, toy_space, wait_for
 
@@ -362,6 +362,72 @@ class StoreConformance:
             stored = StudyStore(served.storage, STUDY).trial(trial_id)
             assert stored.value == newer.value and 1 not in stored.intermediate_values
             assert stored.system_attrs[RUN_ATTR]["attempt"] == 2
+
+    def test_the_study_decisions_are_not_the_users_attributes(self, kit, tmp_path):
+        """optuna-dashboard lists a study's user attributes: the master's
+        decisions are system attributes, and they still reach the trials."""
+        with kit.serving(tmp_path) as served:
+            ((trial_id, number),) = created_trials(served, 1)
+            trial = open_trial(make_task(served, tmp_path, trial_id, number))
+            store = StudyStore(served.storage, STUDY)
+            store.set_contender(0.5)
+            store.set_resize(trial_id, 2)
+            store.set_stop({"reason": "target"})
+            if kit.relayed:  # a direct writer reads the relay's control file instead
+                trial.report(0, value=1.0)
+                assert trial.should_stop()
+        reader = _reader_storage(served.url)
+        study_id = reader.get_study_id_from_name(STUDY)
+        assert reader.get_study_user_attrs(study_id) == {}
+        system_attrs = reader.get_study_system_attrs(study_id)
+        assert {k: system_attrs[k] for k in (STOP_ATTR, CONTENDER_ATTR, RESIZE_ATTR)} == {
+            STOP_ATTR: {"reason": "target"}, CONTENDER_ATTR: 0.5, RESIZE_ATTR: {str(trial_id): 2}}
+
+    def test_the_study_decisions_of_an_earlier_store_still_count(self, kit, tmp_path):
+        """Earlier stores kept the stop as a user attribute: a master opening
+        one still stops its trials, and its own later word wins."""
+        with kit.serving(tmp_path) as served:
+            ((trial_id, number),) = created_trials(served, 1)
+            study_id = served.storage.get_study_id_from_name(STUDY)
+            served.storage.set_study_user_attr(study_id, STOP_ATTR, {"reason": "target"})
+        with kit.serving(tmp_path) as served:  # the store opened again, as a resumed master does
+            store = StudyStore(served.storage, STUDY)
+            assert store.stop() == {"reason": "target"}
+            if kit.relayed:
+                stopped = open_trial(make_task(served, tmp_path, trial_id, number))
+                stopped.report(0, value=1.0)
+                assert stopped.should_stop()
+            store.set_stop(None)
+            assert store.stop() is None
+            if kit.relayed:
+                ((other_id, other_number),) = created_trials(served, 1)
+                going_on = open_trial(make_task(served, tmp_path, other_id, other_number))
+                going_on.report(0, value=1.0)
+                assert not going_on.should_stop()
+
+    def test_only_a_trial_an_attempt_runs_is_running_in_optuna(self, kit, tmp_path):
+        """optuna-dashboard counts trials by Optuna's state: a queued or a
+        suspended trial is WAITING, one an attempt runs is RUNNING."""
+        waiting, running = optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING
+        with kit.serving(tmp_path) as served:
+            (_, _), (trial_id, number) = created_trials(served, 2)
+            assert [t.state for t in _stored_trials(served.url)] == [waiting, waiting]
+            task = make_task(served, tmp_path, trial_id, number)
+            link = TrialLink(task.storage, trial_id, task.control)
+            run = link.start({"host": "h", "pid": os.getpid()}, time.time(), 0,
+                             {"run": {}, "heartbeat": None, "reports": [], "segments": []})["run"]
+            queued, started = _stored_trials(served.url)
+            assert (queued.state, started.state) == (waiting, running)
+            assert queued.datetime_start is None and started.datetime_start is not None
+            link.end(TrialStatus.SUSPENDED, None, {**run, "suspended": True})
+            assert [t.state for t in _stored_trials(served.url)] == [waiting, waiting]
+            assert status_of(_stored_trials(served.url)[1]) is TrialStatus.SUSPENDED
+
+
+def _stored_trials(url: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials as a fresh reader (optuna-dashboard) sees them."""
+    reader = _reader_storage(url)
+    return reader.get_all_trials(reader.get_study_id_from_name(STUDY))
 
 
 def _report_with(link_bytes: bytes, step: int) -> None:

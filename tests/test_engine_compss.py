@@ -17,7 +17,7 @@ import hpo.trial._run
 from conftest import COMPSS_DOUBLE, ROOT, toy_space, wait_for
 from hpo.engines import CompssEngine, default_engine_name
 from hpo.store import RunDir
-from hpo.store.records import RUN_ATTR, STOP_ATTR, TrialStatus, run_of, status_of
+from hpo.store.records import RUN_ATTR, TrialStatus, run_of, status_of
 
 CPU_TASK = "compss_trial__cpus2_gpus0_mem0mb_timeout0s"
 
@@ -228,9 +228,9 @@ def test_target_stop_cancels_the_queued_groups(compss, monkeypatch, tmp_path):
     real = hpo.trial._run.run_here
 
     def stopped_with_nothing_pending() -> bool:
-        study = run_dir.load_study()
-        return bool(study.user_attrs.get(STOP_ATTR)) and not any(
-            status_of(t) is TrialStatus.PENDING for t in study.trials)
+        store = run_dir.open_store()
+        return bool(store.stop()) and not any(
+            status_of(t) is TrialStatus.PENDING for t in store.trials())
 
     def hold_the_cpu() -> None:
         # Until the master has acted on the target (no trial left PENDING).

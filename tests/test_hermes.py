@@ -143,7 +143,7 @@ def test_samplers_see_suspended_trials_as_pruned_at_their_last_value(tmp_path):
                            checkpoint_dir=str(tmp_path / "c"), quantum=QuantumRule(steps=2))
         assert run_trial(task).state is TrialStatus.SUSPENDED
         study = served.store.study()
-    assert study.trials[0].state == optuna.trial.TrialState.RUNNING  # the store is unchanged
+    assert study.trials[0].state == optuna.trial.TrialState.WAITING  # suspended: the view writes nothing
     (seen,) = paused_view(study)._get_trials(deepcopy=False, states=(optuna.trial.TrialState.PRUNED,))
     assert seen.last_step == 1 and seen.intermediate_values[1] == pytest.approx(1 - math.exp(-1.0))
 

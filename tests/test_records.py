@@ -32,7 +32,7 @@ from conftest import toy_space
 ])
 def test_every_status_is_read_back_from_what_it_is_stored_as(status, run, ended_by):
     attrs = {**({RUN_ATTR: run} if run else {}), **({ENDED_BY_ATTR: ended_by} if ended_by else {})}
-    finished = status.stored_as != optuna.trial.TrialState.RUNNING
+    finished = status.stored_as.is_finished()
     trial = optuna.trial.create_trial(
         state=status.stored_as, value=1.0 if status.stored_as in (
             optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) else None,

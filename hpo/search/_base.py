@@ -59,8 +59,8 @@ class Searcher(abc.ABC):
     """
 
     #: Whether proposals learn from results. Adaptive ones are sampled on the
-    #: stored trial inside Optuna's ``study.ask`` (TPE reads it); the others are
-    #: chosen first and the trial is created with them in one journal write.
+    #: stored trial, as Optuna's ``study.ask`` samples (TPE reads it); the others
+    #: are chosen first and the trial is created with them in one journal write.
     adaptive = False
 
     def __init__(self, study: optuna.Study, params: Mapping[str, Param]):
@@ -84,7 +84,9 @@ class Searcher(abc.ABC):
         if self.adaptive:
             proposals = []
             while len(proposals) < count and not self._exhausted():
-                trial = self.study.ask()
+                # What study.ask() does, without popping a queued (WAITING) trial.
+                ((trial_id, _),) = self._store.create_trials([({}, {})])
+                trial = optuna.Trial(self.study, trial_id)
                 for name in trial.relative_params:  # the proposal, sampled on the new trial
                     _suggest(trial, name, self.distributions[name])
                 params = dict(trial.params)

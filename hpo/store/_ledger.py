@@ -23,7 +23,8 @@ import optuna
 
 from hpo.store.records import (
     CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, SEGMENT_ATTR,
-    STOP_ATTR, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from, status_of,
+    STOP_ATTR, STUDY_DECISIONS, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from,
+    status_of, study_decisions,
 )
 
 __all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger"]
@@ -71,6 +72,13 @@ class StudyView:
     stop: dict[str, Any] | None = None
     contender: float | None = None
     resize: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, decisions: dict[str, Any]) -> StudyView:
+        """From :func:`hpo.store.records.study_decisions`."""
+        contender = decisions.get(CONTENDER_ATTR)
+        return cls(decisions.get(STOP_ATTR), None if contender is None else float(contender),
+                   dict(decisions.get(RESIZE_ATTR) or {}))
 
 
 class Ledger(abc.ABC):
@@ -129,7 +137,8 @@ class JournalLedger(Ledger):
         self._live: dict[int, TrialView] = {}
         self._ended: dict[int, tuple[str, float | None]] = {}
         self._study = StudyView()
-        self._resize: dict[str, int] = {}
+        # The study's attributes the master decides, user (an earlier version's) and system.
+        self._study_attrs: dict[int, dict[str, Any]] = {2: {}, 3: {}}
 
     def live(self, trial_id: int) -> TrialView | None:
         return self._live.get(trial_id)
@@ -147,9 +156,8 @@ class JournalLedger(Ledger):
             self._create_study(record)
         elif op == 1:
             self._delete_study(record.get("study_id"))
-        elif op == 2 and self._study_id is not None and record.get("study_id") == self._study_id:
-            for key, value in (record.get("user_attr") or {}).items():
-                self._study_attr(key, value)
+        elif op in (2, 3) and self._study_id is not None and record.get("study_id") == self._study_id:
+            self._study_attr(op, record.get("user_attr" if op == 2 else "system_attr") or {})
         elif op == 4:
             self._create_trial(record)
         elif op in (6, 7, 8, 9):
@@ -166,6 +174,7 @@ class JournalLedger(Ledger):
         self._studies[name] = self._next_study
         if name == self.study_name:
             self._study_id = self._next_study
+            self._study, self._study_attrs = StudyView(), {2: {}, 3: {}}
         self._next_study += 1
 
     def _delete_study(self, study_id: Any) -> None:
@@ -209,14 +218,11 @@ class JournalLedger(Ledger):
                 _follow_attr(view, key, value)
 
 
-    def _study_attr(self, key: str, value: Any) -> None:
-        study = self._study
-        if key == STOP_ATTR:
-            self._study = StudyView(value, study.contender, study.resize)
-        elif key == CONTENDER_ATTR:
-            self._study = StudyView(study.stop, None if value is None else float(value), study.resize)
-        elif key == RESIZE_ATTR:
-            self._study = StudyView(study.stop, study.contender, dict(value or {}))
+    def _study_attr(self, op: int, attrs: dict[str, Any]) -> None:
+        ours = {key: value for key, value in attrs.items() if key in STUDY_DECISIONS}
+        if ours:
+            self._study_attrs[op].update(ours)
+            self._study = StudyView.of(study_decisions(self._study_attrs[2], self._study_attrs[3]))
 
     def _finish(self, view: TrialView, state: _State, values: list[float] | None) -> None:
         status = status_from(state, view.run, view.ended_by)
@@ -296,17 +302,20 @@ class StorageLedger(Ledger):
             return None
         return trial if ours else None
 
+    def forget_study(self) -> None:
+        """The master wrote a study decision: read them afresh next time."""
+        self._study = None
+
     def study(self) -> StudyView:
         cached = self._study
         if cached is not None and time.monotonic() - cached[0] < _STUDY_FRESH_S:
             return cached[1]
         try:
-            attrs = self.storage.get_study_user_attrs(self._study_id())
+            study_id = self._study_id()
+            view = StudyView.of(study_decisions(self.storage.get_study_user_attrs(study_id),
+                                                self.storage.get_study_system_attrs(study_id)))
         except KeyError:
-            attrs = {}
-        contender = attrs.get(CONTENDER_ATTR)
-        view = StudyView(attrs.get(STOP_ATTR), None if contender is None else float(contender),
-                         dict(attrs.get(RESIZE_ATTR) or {}))
+            view = StudyView()
         self._study = (time.monotonic(), view)
         return view
 
@@ -321,7 +330,7 @@ class StorageLedger(Ledger):
                 view.values[a] = b
                 if self.pruning is not None:
                     self.pruning.observe(view.number, a, view.values)
-            else:
+            elif a.is_finished:
                 self._ended[trial_id] = (a.value, b[0] if b else None)
                 del self._live[trial_id]
                 self.pruned.pop(trial_id, None)

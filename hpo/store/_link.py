@@ -350,7 +350,8 @@ class TrialLink:
                     context: TrialContext) -> dict[str, Any]:
         run, events = begin_attempt(context["run"], context["heartbeat"], where, now, gpus, self.token)
         writes: list[Write] = [("attr", self.trial_id, key, event) for key, event in events]
-        self._write_here([*writes, ("attr", self.trial_id, RUN_ATTR, run)])
+        self._write_here([*writes, ("attr", self.trial_id, RUN_ATTR, run),
+                          ("state", self.trial_id, TrialStatus.RUNNING, None)])
         return {"ok": True, "run": run, "reports": [], "segments": []}
 
     def _write_here(self, writes: list[Write]) -> None:

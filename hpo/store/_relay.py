@@ -52,8 +52,9 @@ from hpo.errors import StoreUnavailable
 from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, decode, encode, relay_url,
+    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, decode, encode, relay_url, split_relay,
 )
+from hpo.store._study import database_kwargs
 from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
@@ -127,10 +128,9 @@ class StudyRelay:
         self._control = ControlFile(control) if control else None
         self._journal: JournalFile | None = None
         if "://" in url:
-            from hpo.store._study import open_storage
-
-            self.storage = open_storage(url)
+            self.storage = _MasterDatabase(url)
             self.ledger: Ledger = StorageLedger(self.storage, study_name, pruning)
+            self.storage.on_decision = self.ledger.forget_study
         else:
             clear_dead_relay_lock(url)
             self._journal = JournalFile(url)
@@ -604,7 +604,7 @@ class StudyRelay:
         answer = {"id": message.get("id"), "ok": True, "run": run,
                   "reports": reports[known_reports:], "segments": segments[known_segments:]}
         writes: list[Write] = [("attr", view.trial_id, key, event) for key, event in events]
-        writes.append(("attr", view.trial_id, RUN_ATTR, run))
+        writes += [("attr", view.trial_id, RUN_ATTR, run), ("state", view.trial_id, TrialStatus.RUNNING, None)]
         return answer, writes
 
     def _answer(self, peer: _Peer, message: dict[str, Any], stored: bool) -> None:
@@ -724,6 +724,24 @@ def _peer_cap() -> int:
 
 def _because(exc: BaseException | None) -> str:
     return f" ({type(exc).__name__}: {exc})" if exc is not None else ""
+
+
+class _MasterDatabase(optuna.storages.RDBStorage):
+    """The master's database storage. Its ledger reads the study's decisions
+    at most every few tenths of a second; one the master writes reaches it
+    at once, so no trial is answered with a stop just lifted."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(split_relay(url)[0], engine_kwargs=database_kwargs(url))
+        self.on_decision: Callable[[], None] | None = None
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        super().set_study_system_attr(study_id, key, value)
+        if self.on_decision is not None:
+            self.on_decision()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "on_decision": None}  # a copy elsewhere tells nobody
 
 
 class _Feed(BaseJournalBackend):

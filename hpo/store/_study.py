@@ -13,7 +13,6 @@ import math
 import os
 import socket
 import time
-from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +24,7 @@ from hpo.store._journal import JournalFile
 from hpo.store._protocol import split_relay
 from hpo.store.records import (
     CONTENDER_ATTR, ENDED_BY_ATTR, RESIZE_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
+    study_decisions,
     event_key, event_record, run_of,
 )
 
@@ -40,12 +40,16 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
     journal file (a relay's address in it is ignored).
     """
     if "://" in url:
-        # Several processes may write one SQLite file: wait for the lock
-        # instead of failing at once with "database is locked".
-        kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-        return optuna.storages.RDBStorage(split_relay(url)[0], engine_kwargs=kwargs)
+        return optuna.storages.RDBStorage(split_relay(url)[0], engine_kwargs=database_kwargs(url))
     # Sets a torn tail aside before appending; refuses damage in the middle.
     return optuna.storages.JournalStorage(JournalFile(split_relay(url)[0]))
+
+
+def database_kwargs(url: str) -> dict[str, Any]:
+    """SQLAlchemy engine arguments for the database at ``url``."""
+    # Several processes may write one SQLite file: wait for the lock
+    # instead of failing at once with "database is locked".
+    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
 
 
 class StudyStore:
@@ -86,31 +90,38 @@ class StudyStore:
 
     def stop(self) -> dict[str, Any] | None:
         """Why the study must stop, or None."""
-        return self.storage.get_study_user_attrs(self.study_id).get(STOP_ATTR)
+        return self.decisions().get(STOP_ATTR)
+
+    def decisions(self) -> dict[str, Any]:
+        """The master's study attributes (stop, contender, resize). They are
+        system attributes, kept out of the user's view (optuna-dashboard);
+        a store of an earlier version kept them as user attributes."""
+        return study_decisions(self.storage.get_study_user_attrs(self.study_id),
+                               self.storage.get_study_system_attrs(self.study_id))
 
     # -- writing ---------------------------------------------------------------
 
     def set_stop(self, reason: dict[str, Any] | None) -> None:
-        self.storage.set_study_user_attr(self.study_id, STOP_ATTR, reason)
+        self.storage.set_study_system_attr(self.study_id, STOP_ATTR, reason)
 
     def contender(self) -> float | None:
         """The convergence a running trial must reach to keep its slot (None: nobody waits)."""
         # Read at a quantum's end only, and it must be the master's latest word.
-        value = self.storage.get_study_user_attrs(self.study_id).get(CONTENDER_ATTR)
+        value = self.decisions().get(CONTENDER_ATTR)
         return float(value) if value is not None else None  # "inf" is stored as a string
 
     def set_contender(self, value: float | None) -> None:
         stored = None if value is None else (str(value) if math.isinf(value) else value)
-        self.storage.set_study_user_attr(self.study_id, CONTENDER_ATTR, stored)
+        self.storage.set_study_system_attr(self.study_id, CONTENDER_ATTR, stored)
 
     def set_resize(self, trial_id: int, gpus: int | None) -> None:
         """Ask trial ``trial_id`` to grow to ``gpus`` GPUs (None: withdraw it)."""
-        asked = dict(self.storage.get_study_user_attrs(self.study_id).get(RESIZE_ATTR) or {})
+        asked = dict(self.decisions().get(RESIZE_ATTR) or {})
         if gpus is None:
             asked.pop(str(trial_id), None)
         else:
             asked[str(trial_id)] = gpus
-        self.storage.set_study_user_attr(self.study_id, RESIZE_ATTR, asked)
+        self.storage.set_study_system_attr(self.study_id, RESIZE_ATTR, asked)
 
     def create_trial(self, params: dict[str, Any],
                      distributions: dict[str, optuna.distributions.BaseDistribution]) -> tuple[int, int]:
@@ -122,7 +133,7 @@ class StudyStore:
         """Store a PENDING trial for each ``(params, distributions)``; their
         ids and numbers. On a journal, all in one append (one fsync): a
         master filling a thousand slots waits once, not a thousand times."""
-        templates = [optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=p,
+        templates = [optuna.trial.create_trial(state=optuna.trial.TrialState.WAITING, params=p,
                                                distributions=d) for p, d in configurations]
         storage = self.storage
         if not isinstance(storage, optuna.storages.JournalStorage) or len(templates) < 2:
@@ -192,9 +203,8 @@ class StudyStore:
 
 def _creation(study_id: int, template: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The fields of a trial's creation record, as Optuna's JournalStorage
-    writes them for a RUNNING template with parameters."""
-    return {"study_id": study_id,
-            "datetime_start": datetime.now(tz=timezone.utc).isoformat(timespec="microseconds"),
+    writes them for a template with parameters (WAITING: not started)."""
+    return {"study_id": study_id, "datetime_start": None,  # set when an attempt starts
             "state": template.state, "value": None, "values": None,
             "distributions": {k: distribution_to_json(d) for k, d in template.distributions.items()},
             "params": {k: template.distributions[k].to_internal_repr(v) for k, v in template.params.items()},

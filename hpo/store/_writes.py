@@ -3,7 +3,8 @@ calls on an Optuna storage.
 
 A write is one of three small tuples: ``("attr", trial, key, value)`` (a
 trial system attribute), ``("step", trial, step, value)`` (an intermediate
-value) and ``("end", trial, status, values)`` (the trial's final state). The
+value) and ``("state", trial, status, values)`` (the trial's Optuna state: its
+final one, RUNNING when an attempt starts, WAITING when it suspends). The
 relay turns a round's writes into journal records and appends them in one
 write; a trial process that cannot reach the relay appends the same records
 itself, or makes the same calls on a database storage.
@@ -53,8 +54,7 @@ def writes_of(request: dict[str, Any]) -> list[Write]:
         if request.get("segment"):
             key, record = request["segment"]
             writes.append(("attr", trial, str(key), record))
-        if status is not TrialStatus.SUSPENDED:
-            writes.append(("end", trial, status, request.get("values")))
+        writes.append(("state", trial, status, request.get("values")))
         return writes
     if op == "give_up":
         key, event = request["event"]
@@ -82,15 +82,18 @@ def journal_records(writes: list[Write], worker_id: str) -> list[dict[str, Any]]
                             "worker_id": worker_id, "trial_id": trial, "step": a,
                             "intermediate_value": b})
         else:
+            state = a.stored_as
+            when = {"datetime_start": _now()} if state == optuna.trial.TrialState.RUNNING else (
+                {"datetime_complete": _now()} if state.is_finished() else {})
             records.append({"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker_id,
-                            "trial_id": trial, "state": a.stored_as.value, "values": b,
-                            "datetime_complete": _now()})
+                            "trial_id": trial, "state": state.value, "values": b, **when})
     return records
 
 
 def apply_writes(storage: optuna.storages.BaseStorage, writes: list[Write]) -> bool:
     """Make the writes on a storage, in order; False when the trial had
-    ended first (a finished trial never changes, and the first end wins)."""
+    ended first (a finished trial never changes, and the first end wins).
+    RUNNING on a trial that runs already changes nothing (Optuna says so)."""
     try:
         for kind, trial, a, b in writes:
             if kind == "attr":

@@ -2,10 +2,12 @@
 fields, who writes it, and who reads it.
 
 Optuna's storage keeps each trial's state, parameters, value and intermediate
-values. ``hpo`` adds trial system attributes (Optuna's place for what a
-library keeps about a trial, as its samplers do), one journal line per write;
-user attributes stay the user's, so tools that list them (optuna-dashboard's
-trial table) are not filled with a column per step and per event.
+values. ``hpo`` adds trial and study system attributes (Optuna's place for
+what a library keeps, as its samplers do), one journal line per write; user
+attributes stay the user's, so tools that list them (optuna-dashboard's
+trial table and study page) are not filled with a column per step and per
+event, nor with the master's decisions. Earlier stores kept the study
+decisions as user attributes: they are still read (a system attribute wins).
 
 Writers: "relay" is the study's relay in the master (:mod:`hpo.store._relay`),
 writing what a trial's process asked for over the store protocol
@@ -51,7 +53,10 @@ relay, for trial processes that cannot reach it (:mod:`hpo.store._control`).
 
 The contract, for writers and readers:
 
-- The master creates trials: Optuna RUNNING without a run record (PENDING).
+- The master creates trials: Optuna WAITING without a run record (PENDING).
+  An attempt's start sets RUNNING, a suspend WAITING again (what Optuna's
+  queue does), so tools reading Optuna's state count only running trials
+  as running.
 - The attempt that started a trial last (the token in its run record) is
   the only writer of its run record, reports, segments, profiles and
   heartbeat, and sets its final state; the relay refuses the requests of
@@ -84,7 +89,7 @@ import optuna
 
 __all__ = [
     "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
-    "CONTENDER_ATTR", "RESIZE_ATTR",
+    "CONTENDER_ATTR", "RESIZE_ATTR", "STUDY_DECISIONS", "study_decisions", "UNFINISHED_STATES",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
     "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
@@ -106,6 +111,16 @@ ENDED_BY_ATTR = "hpo:ended_by"
 STOP_ATTR = "hpo:stop"
 CONTENDER_ATTR = "hpo:contender"
 RESIZE_ATTR = "hpo:resize"  # study: trial id -> the GPU count the master grows it to
+STUDY_DECISIONS = (STOP_ATTR, CONTENDER_ATTR, RESIZE_ATTR)
+# Optuna's states of an unfinished trial: WAITING (queued or suspended), RUNNING.
+UNFINISHED_STATES = (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING)
+
+
+def study_decisions(user_attrs: dict[str, Any], system_attrs: dict[str, Any]) -> dict[str, Any]:
+    """The master's study decisions from a study's attributes: its system
+    attributes, else (a store of an earlier version) its user attributes."""
+    return {key: system_attrs[key] if key in system_attrs else user_attrs.get(key)
+            for key in STUDY_DECISIONS}
 EVENT_KINDS = ("pruned", "stopped", "suspended", "resumed", "retried", "unresumable",
                "interrupted", "cancelled", "allocated")
 
@@ -118,7 +133,7 @@ class TrialStatus(str, enum.Enum):
     FAIL as FAILED). The others are facts ``hpo`` keeps apart:
 
     - PENDING: created by the master, not started by a worker (Optuna's
-      RUNNING without a run record; what Optuna calls WAITING);
+      WAITING without a run record; RUNNING without one in earlier stores);
     - TIMEOUT: failed by exceeding its time limit (walltime expiry is an
       ordinary event on a cluster, not a bug);
     - CANCELLED: ended by the master without a result; its configuration is
@@ -154,9 +169,11 @@ class TrialStatus(str, enum.Enum):
 
 
 _OPTUNA = optuna.trial.TrialState
+# A trial no attempt runs (queued, suspended) is WAITING, as Optuna's queue keeps
+# it: optuna-dashboard counts it apart from the running ones.
 _STORED_AS = {
-    TrialStatus.PENDING: _OPTUNA.RUNNING, TrialStatus.RUNNING: _OPTUNA.RUNNING,
-    TrialStatus.SUSPENDED: _OPTUNA.RUNNING, TrialStatus.COMPLETE: _OPTUNA.COMPLETE,
+    TrialStatus.PENDING: _OPTUNA.WAITING, TrialStatus.RUNNING: _OPTUNA.RUNNING,
+    TrialStatus.SUSPENDED: _OPTUNA.WAITING, TrialStatus.COMPLETE: _OPTUNA.COMPLETE,
     TrialStatus.PRUNED: _OPTUNA.PRUNED, TrialStatus.STOPPED: _OPTUNA.PRUNED,
     TrialStatus.FAILED: _OPTUNA.FAIL, TrialStatus.TIMEOUT: _OPTUNA.FAIL,
     TrialStatus.CANCELLED: _OPTUNA.FAIL,
@@ -330,7 +347,7 @@ def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
 def status_from(state: optuna.trial.TrialState, run: RunRecord, ended_by: Any) -> TrialStatus:
     """The status of a trial in Optuna ``state`` with this run record and
     ``hpo:ended_by`` (what :func:`status_of` reads from a stored trial)."""
-    if state == _OPTUNA.RUNNING:
+    if state in UNFINISHED_STATES:  # RUNNING in stores written before WAITING was used
         if not run:
             return TrialStatus.PENDING
         return TrialStatus.SUSPENDED if run.get("suspended") else TrialStatus.RUNNING
