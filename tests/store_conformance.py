@@ -416,6 +416,7 @@ class StoreConformance:
             link = TrialLink(task.storage, trial_id, task.control)
             run = link.start({"host": "h", "pid": os.getpid()}, time.time(), 0,
                              {"run": {}, "heartbeat": None, "reports": [], "segments": []})["run"]
+            link.report(0, {METRIC: 1.0}, 1.0)  # answered once durable, after the start (answered at once)
             queued, started = _stored_trials(served.url)
             assert (queued.state, started.state) == (waiting, running)
             assert queued.datetime_start is None and started.datetime_start is not None
