@@ -842,3 +842,46 @@ def test_the_report_draws_the_pareto_front_on_every_pair_of_objectives(three_obj
     assert sorted(set(pairs)) == [("latency_ms", "memory_mb"), ("val_accuracy", "latency_ms"),
                                   ("val_accuracy", "memory_mb")]
     assert text.count('id="plot-pareto') == 3
+
+
+def test_optuna_dashboard_counts_only_running_trials_and_lists_no_hpo_attributes(tmp_path):
+    """Users open hpo's store in optuna-dashboard too: a queued or suspended
+    trial must not show as running there, nor the master's decisions as the
+    study's user attributes."""
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    import optuna_dashboard
+    from hpo.store import StudyRelay, TrialLink
+    from hpo.trial import TrialStatus
+
+    path = str(tmp_path / "journal.log")
+    with StudyRelay(path, "s") as relay:
+        optuna.create_study(study_name="s", storage=relay.storage, direction="maximize")
+        store = StudyStore(relay.storage, "s")
+        created = [store.create_trial({}, {}) for _ in range(4)]
+        runs = []
+        for trial_id, _ in created[:2]:  # two start; one of them suspends; two stay queued
+            link = TrialLink(relay.writers_url, trial_id)
+            run = link.start({"host": "h", "pid": os.getpid()}, time.time(), 0,
+                             {"run": {}, "heartbeat": None, "reports": [], "segments": []})["run"]
+            link.report(0, {"value": 0.5}, 0.5)
+            runs.append((link, run))
+        suspended, run = runs[1]
+        suspended.end(TrialStatus.SUSPENDED, None, {**run, "suspended": True})
+        store.set_stop({"reason": "budget"})
+        store.set_contender(0.9)
+
+    app = optuna_dashboard.wsgi(optuna.storages.JournalStorage(hpo.store.JournalFile(path)))
+    handler = type("Quiet", (WSGIRequestHandler,), {"log_message": lambda *args: None})
+    server = make_server("127.0.0.1", 0, app, handler_class=handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/api/studies/0?after=0",
+                                    timeout=60) as answer:
+            shown = json.load(answer)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [t["state"] for t in shown["trials"]] == ["Running", "Waiting", "Waiting", "Waiting"]
+    assert shown["user_attrs"] == []
