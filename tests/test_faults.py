@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -267,7 +268,7 @@ def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path, monkeypatch):
     Dask would wait minutes for it; the trial's silent heartbeat is enough."""
     from distributed import LocalCluster
 
-    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")  # the workers' heartbeat too
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")  # the master's; its tasks carry it to the workers
     space = toy_space("hungworker", "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
                       search={"parallel": 1}, space={"quality": [1.0]})
     run_dir = tmp_path / "runs" / "hungworker"
@@ -291,6 +292,37 @@ def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path, monkeypatch):
     assert "stopped answering for its trial" in said
     (trial,) = trials(run_dir)
     assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
+
+
+def test_a_study_whose_last_worker_hung_says_it_waits_for_workers(tmp_path, monkeypatch):
+    """The only worker hangs: it is taken out, and the study, left without a
+    worker, says it waits for one instead of waiting in silence."""
+    from distributed import LocalCluster
+
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")
+    space = toy_space("lastworker", "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
+                      search={"parallel": 1}, space={"quality": [1.0]})
+    run_dir = tmp_path / "runs" / "lastworker"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
+        cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
+                      "--scheduler", cluster.scheduler_address)
+        study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        said: list[str] = []
+        reader = threading.Thread(target=lambda: said.extend(study.stderr), daemon=True)
+        reader.start()
+        pid = None
+        try:
+            pid = wait_for(lambda: _reporting_pid(run_dir), what="the trial to report 3 steps")
+            os.kill(pid, signal.SIGSTOP)
+            wait_for(lambda: any("no Dask worker is left" in line for line in said), timeout=120,
+                     what="the study to say it has no worker left")
+        finally:
+            end(study)
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+    text = "".join(said)
+    assert "fix: start workers" in text and "Traceback" not in text
 
 
 def _reporting_pid(run_dir: Path) -> int | None:

@@ -289,6 +289,11 @@ class DaskEngine(Engine):
                 print(f"hpo: Dask worker {address} stopped answering for its trial; it is taken out "
                       "of the cluster, and the trial runs again elsewhere", file=sys.stderr, flush=True)
                 self.client.run_on_scheduler(remove, address=address)
+                if not self.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers)):
+                    print("hpo: no Dask worker is left in the cluster; the study waits for one to join.\n"
+                          "  fix: start workers (dask worker --scheduler-file FILE), or stop the study "
+                          "(Ctrl-C) and run the same command again on a working cluster",
+                          file=sys.stderr, flush=True)
         finally:
             self.cancel(handle)
 
