@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -263,66 +265,53 @@ def test_a_trial_that_ended_the_master_twice_is_failed_and_the_study_goes_on(tmp
 # ------------------------------------------ a worker hung, still connected
 
 
-def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path, monkeypatch):
-    """SIGSTOP the worker running the trial: its connection stays open, so
-    Dask would wait minutes for it; the trial's silent heartbeat is enough."""
+@contextmanager
+def _hung_worker_study(tmp_path: Path, name: str, workers: int) -> Iterator[subprocess.Popen]:
+    """A one-trial study (the master's heartbeat 1 s) on a LocalCluster of
+    ``workers``; the worker running its trial is stopped once it reported 3
+    steps (SIGSTOP: alive, connected, silent). Yields the master's process."""
     from distributed import LocalCluster
 
-    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")  # the master's; its tasks carry it to the workers
-    space = toy_space("hungworker", "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
+    space = toy_space(name, "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
                       search={"parallel": 1}, space={"quality": [1.0]})
-    run_dir = tmp_path / "runs" / "hungworker"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0", resources={"CPU": 1}) as cluster:
         cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
                       "--scheduler", cluster.scheduler_address)
         study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         pid = None
         try:
-            pid = wait_for(lambda: _reporting_pid(run_dir), what="the trial to report 3 steps")
-            os.kill(pid, signal.SIGSTOP)  # hung: alive, connected, silent
-            # Dask's own timeout for such a worker is minutes (worker-ttl):
-            # the study ends well before it only if hpo ran the trial elsewhere.
-            _, said = study.communicate(timeout=120)
+            pid = wait_for(lambda: _reporting_pid(tmp_path / "runs" / name), what="the trial to report 3 steps")
+            os.kill(pid, signal.SIGSTOP)
+            yield study
         finally:
             end(study)
             if pid is not None:
                 os.kill(pid, signal.SIGCONT)
+
+
+def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path):
+    """A hung worker keeps its connection open, so Dask would wait minutes
+    for it (worker-ttl); the trial's silent heartbeat is enough: the study
+    ends well before, only if hpo ran the trial elsewhere."""
+    with _hung_worker_study(tmp_path, "hungworker", workers=2) as study:
+        _, said = study.communicate(timeout=120)
     assert study.returncode == 0, said
     assert "stopped answering for its trial" in said
-    (trial,) = trials(run_dir)
+    (trial,) = trials(tmp_path / "runs" / "hungworker")
     assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
 
 
-def test_a_study_whose_last_worker_hung_says_it_waits_for_workers(tmp_path, monkeypatch):
+def test_a_study_whose_last_worker_hung_says_it_waits_for_workers(tmp_path):
     """The only worker hangs: it is taken out, and the study, left without a
     worker, says it waits for one instead of waiting in silence."""
-    from distributed import LocalCluster
-
-    monkeypatch.setenv("HPO_HEARTBEAT_S", "1")
-    space = toy_space("lastworker", "hpo.examples.toy:curve", fixed={"steps": 12, "step_s": 0.25},
-                      search={"parallel": 1}, space={"quality": [1.0]})
-    run_dir = tmp_path / "runs" / "lastworker"
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
-        cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
-                      "--scheduler", cluster.scheduler_address)
-        study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        said: list[str] = []
-        reader = threading.Thread(target=lambda: said.extend(study.stderr), daemon=True)
-        reader.start()
-        pid = None
-        try:
-            pid = wait_for(lambda: _reporting_pid(run_dir), what="the trial to report 3 steps")
-            os.kill(pid, signal.SIGSTOP)
-            wait_for(lambda: any("no Dask worker is left" in line for line in said), timeout=120,
-                     what="the study to say it has no worker left")
-        finally:
-            end(study)
-            if pid is not None:
-                os.kill(pid, signal.SIGCONT)
+    said: list[str] = []
+    with _hung_worker_study(tmp_path, "lastworker", workers=1) as study:
+        threading.Thread(target=lambda: said.extend(study.stderr), daemon=True).start()
+        wait_for(lambda: "fix: start workers" in "".join(said), timeout=120,
+                 what="the study to say it has no worker left, and the fix")
     text = "".join(said)
-    assert "fix: start workers" in text and "Traceback" not in text
+    assert "no Dask worker is left in the cluster" in text and "Traceback" not in text
 
 
 def _reporting_pid(run_dir: Path) -> int | None:
