@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -48,8 +48,9 @@ class InFlight:
 
     task: TrialTask
     handle: Any
-    # When it was handed to the engine: only an attempt started since is this task's.
-    submitted_at: float = field(default_factory=time.time)
+    # When it was handed to the engine (read before the hand-over: the task
+    # may start at once): only an attempt started since is this task's.
+    submitted_at: float
 
     @property
     def trial_id(self) -> int:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -236,7 +237,7 @@ def test_a_stop_does_not_wait_for_a_trial_whose_process_is_gone(tmp_path, monkey
         study.store.write_run(trial_id, run)
         task = study.task(trial_id, number, config={}, objective="hpo.examples.toy:sleep",
                           metric="value", checkpoint_dir=str(tmp_path / "ckpt"))
-        flights = {number: lifecycle.InFlight(task, handle="task")}
+        flights = {number: lifecycle.InFlight(task, handle="task", submitted_at=time.time())}
         engine = _SilentEngine()
         stop = threading.Thread(target=lifecycle.suspend_running,
                                 args=(study.store, engine, flights, "SIGINT"), daemon=True)

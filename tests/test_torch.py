@@ -76,20 +76,14 @@ def test_torch_study_on_dask_prunes_the_hopeless_trial(dask_address, tmp_path):
 
 
 @pytest.mark.parametrize("objective", [TORCH, LIGHTNING])
-def test_a_study_target_stops_running_torch_and_lightning_trials(tmp_path, objective):
+def test_a_study_target_stops_running_torch_and_lightning_trials(dask_address, tmp_path, objective):
     # The 3-epoch trial ends past 50% validation accuracy: the study's target;
     # the 2,000-epoch one running beside it (minutes, were it not stopped) is
     # told to stop and returns early.
     space = toy_space("target", objective, metric={"name": "val_accuracy", "direction": "maximize",
                                                    "target": 0.5},
                       fixed={"learning_rate": 0.05}, space={"max_epochs": [2000, 3]})
-    from distributed import LocalCluster
-
-    # A cluster of its own: both trials must run at once, on two free workers.
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
-        result = hpo.run(space, engine="dask", scheduler=cluster.scheduler_address,
-                         runs_dir=tmp_path, progress=False)
+    result = hpo.run(space, engine="dask", scheduler=dask_address, runs_dir=tmp_path, progress=False)
     assert result.stop["reason"] == "target"
     long = next(t for t in result.trials if t.params["max_epochs"] == 2000)
     assert long.state is TrialStatus.STOPPED and long.steps < 2000 and long.value is not None

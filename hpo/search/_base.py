@@ -85,7 +85,7 @@ class Searcher(abc.ABC):
             proposals = []
             while len(proposals) < count and not self._exhausted():
                 # What study.ask() does, without popping a queued (WAITING) trial.
-                ((trial_id, _),) = self._store.create_trials([({}, {})])
+                trial_id, _ = self._store.create_trial({}, {})
                 trial = optuna.Trial(self.study, trial_id)
                 for name in trial.relative_params:  # the proposal, sampled on the new trial
                     _suggest(trial, name, self.distributions[name])
