@@ -194,7 +194,8 @@ def test_concurrent_trials_of_a_node_wait_for_one_copy(dataset, tmp_path):
         os.close(holder)  # releases the lock
     paths = {proc.communicate(timeout=120)[0].strip() for proc in procs}
     assert [proc.returncode for proc in procs] == [0] * 4
-    assert paths == {str(folder / "ds" / "fashion")}
+    assert paths == {str(folder / ".ds.copy-1" / "fashion")}
+    assert (folder / "ds").resolve() == folder / ".ds.copy-1"  # the link people look at
     assert len(_copies(folder)) == 1
     assert tree_bytes(Path(paths.pop())) == tree_bytes(dataset)
 
@@ -204,11 +205,12 @@ import builtins, sys, time
 from pathlib import Path
 from hpo.data import stage
 
-source, folder, flag = sys.argv[1:4]
+source, folder, flag, release = sys.argv[1:5]
 real_open = builtins.open
 
 class Stalling:
-    # The source read through this stalls after its first chunk: the copier is killed there.
+    # The source read through this stalls after its first chunk, until the
+    # file ``release`` exists (or the copier is killed there).
     def __init__(self, file):
         self.file, self.reads = file, 0
     def __enter__(self):
@@ -217,9 +219,11 @@ class Stalling:
         self.file.close()
     def read(self, size=-1):
         self.reads += 1
-        if self.reads > 1:
+        if self.reads == 2:
             Path(flag).touch()
-            time.sleep(3600)
+            deadline = time.monotonic() + 3600
+            while not Path(release).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         return self.file.read(size)
 
 def stalling_open(file, mode="r", *args, **kwargs):
@@ -227,14 +231,15 @@ def stalling_open(file, mode="r", *args, **kwargs):
     return Stalling(opened) if str(file).startswith(source) and mode == "rb" else opened
 
 builtins.open = stalling_open
-stage("ds", source, Path(folder))
+print(stage("ds", source, Path(folder)), flush=True)
 """
 
 
 def test_a_torn_copy_is_never_used_and_is_replaced(dataset, tmp_path):
     folder = node_folder(str(tmp_path / "node"), "torn")
     flag = tmp_path / "mid-copy"
-    copier = subprocess.Popen([sys.executable, "-c", _STALLING_COPIER, str(dataset), str(folder), str(flag)],
+    copier = subprocess.Popen([sys.executable, "-c", _STALLING_COPIER, str(dataset), str(folder), str(flag),
+                               str(tmp_path / "never")],
                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
     try:
         wait_for(flag.exists, 120, "the copier half-way through its copy")
@@ -242,13 +247,17 @@ def test_a_torn_copy_is_never_used_and_is_replaced(dataset, tmp_path):
         copier.send_signal(signal.SIGKILL)
         copier.wait()
     torn = list(folder.glob(".ds.tmp-*"))
-    assert torn and not (folder / ".ds.staged").exists() and not (folder / "ds").exists()
-    # Killed after its rename and before its marker: a copy without a marker.
-    (folder / "ds" / "fashion").mkdir(parents=True)
-    (folder / "ds" / "fashion" / "train-0.bin").write_bytes(b"torn")
+    assert torn and not (folder / ".ds.staged").exists() and not list(folder.glob(".ds.copy-*"))
+    # Killed after its rename and before its marker: a copy no marker names;
+    # and a copy in place where the link goes, as hpo made them before.
+    for torn_copy in (folder / ".ds.copy-1" / "fashion", folder / "ds" / "fashion"):
+        torn_copy.mkdir(parents=True)
+        (torn_copy / "train-0.bin").write_bytes(b"torn")
     copy = StagedData(DataSection({"ds": str(dataset)}, str(tmp_path / "node")), "torn").path("ds")
     assert tree_bytes(copy) == tree_bytes(dataset)
+    assert (folder / "ds").resolve() == copy.parent  # a link now
     assert not list(folder.glob(".ds.tmp-*"))  # the dead copier's leftovers are gone
+    assert list(folder.glob(".ds.copy-*")) == [copy.parent]  # and so are the torn copies
     assert len(_copies(folder)) == 1
 
 
@@ -259,6 +268,97 @@ def test_a_changed_source_is_staged_again(dataset, tmp_path):
     with open(dataset / "test" / "labels.txt", "a") as labels:
         labels.write("3\n")
     assert tree_bytes(stage("ds", dataset, folder)) == tree_bytes(dataset)
+    assert len(_copies(folder)) == 2
+
+
+_READER = """
+import hashlib, json, sys
+from pathlib import Path
+from hpo.data import DataSection, StagedData
+
+source, stage_to, study, out = sys.argv[1:5]
+out = Path(out)
+data = StagedData(DataSection({"ds": source}, stage_to), study)  # a trial holds it to its end
+path = data.path("ds")  # once, as a trial does
+files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+(out / "path").write_text(str(path))
+loops, seen = 0, set()
+try:
+    while not (out / "stop").exists():  # read lazily: each file opened by its path, again and again
+        digest = hashlib.sha256()
+        for name in files:
+            digest.update(name.encode() + b"\\0" + (path / name).read_bytes())
+        loops += 1
+        seen.add(digest.hexdigest())
+        (out / "loops.tmp").write_text(json.dumps({"loops": loops, "seen": sorted(seen)}))
+        (out / "loops.tmp").replace(out / "loops")
+except OSError as exc:
+    (out / "error").write_text(f"{type(exc).__name__}: {exc}")
+    sys.exit(1)
+"""
+
+
+def _tree_digest(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, data in sorted((Path(n).as_posix(), d) for n, d in tree_bytes(path).items()):
+        digest.update(name.encode() + b"\0" + data)
+    return digest.hexdigest()
+
+
+def test_restaging_keeps_the_copy_a_running_trial_reads(dataset, tmp_path):
+    """A trial reads its copy file by file while the source changes and the
+    node's next trial stages it again: the reader never loses a file, and
+    reads its own copy to the end; the old copy goes once it is done."""
+    stage_to, out = tmp_path / "node", tmp_path / "reader"
+    folder = node_folder(str(stage_to), "restage")
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = _tree_digest(dataset)
+    flag, release = tmp_path / "mid-copy", tmp_path / "release"
+
+    def read() -> dict:
+        return json.loads((out / "loops").read_text()) if (out / "loops").exists() else {"loops": 0}
+
+    def reads_past(count: int) -> bool:
+        return read()["loops"] >= count or (out / "error").exists() or reader.poll() is not None
+
+    reader = subprocess.Popen([sys.executable, "-c", _READER, str(dataset), str(stage_to), "restage",
+                               str(out)], env=env)
+    procs = [reader]
+    try:
+        wait_for(lambda: reads_past(1), 120, "the reader reading the node's copy")
+        with open(dataset / "test" / "labels.txt", "a") as labels:
+            labels.write("3\n")
+        stager = subprocess.Popen([sys.executable, "-c", _STALLING_COPIER, str(dataset), str(folder),
+                                   str(flag), str(release)], env=env, stdout=subprocess.PIPE, text=True)
+        procs.append(stager)
+        wait_for(lambda: flag.exists() or stager.poll() is not None, 120, "the new copy half made")
+        during = read()["loops"] + 2
+        wait_for(lambda: reads_past(during), 120, "two reads while the new copy is made")
+        release.touch()
+        new_copy = Path(stager.communicate(timeout=120)[0].strip())
+        assert stager.returncode == 0
+        after = read()["loops"] + 2
+        wait_for(lambda: reads_past(after), 120, "two reads after the new copy is in")
+    finally:
+        (out / "stop").touch()
+        release.touch()
+        for proc in procs:
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    error = (out / "error").read_text() if (out / "error").exists() else None
+    assert error is None and reader.returncode == 0, error
+    assert read()["seen"] == [first]  # its own copy, the old one, to the end
+    assert _tree_digest(new_copy) == _tree_digest(dataset) != first
+    old_copy = Path((out / "path").read_text())
+    assert new_copy != old_copy  # a copy of its own, beside the reader's
+    # The reader gone, the node's next trial uses the new copy and removes the old one.
+    assert stage("ds", dataset, folder) == new_copy
+    assert not old_copy.exists()
     assert len(_copies(folder)) == 2
 
 
@@ -278,7 +378,7 @@ def test_copies_go_at_the_end_unless_kept(dataset, tmp_path):
     result = hpo.run(gone, engine="inline", runs_dir=tmp_path / "runs", progress=False)
     assert result.counts["COMPLETE"] == 4
     seen = records(tmp_path / "gone")
-    assert {r["path"] for r in seen.values()} == {str(scratch / "hpo-gone" / "ds" / "fashion")}
+    assert {r["path"] for r in seen.values()} == {str(scratch / "hpo-gone" / ".ds.copy-1" / "fashion")}
     assert {r["bytes"] for r in seen.values()} == {sum(map(len, tree_bytes(dataset).values()))}
     assert len({tuple(r["marker"]) for r in seen.values()}) == 1  # one copy, for every trial
     assert not (scratch / "hpo-gone").exists()
@@ -409,7 +509,7 @@ def test_each_node_copies_once_and_a_late_node_stages_on_its_first_trial(schedul
     for node in (node_a, node_b):
         here = [r for r in seen.values() if r["node"] == str(node)]
         assert here, f"no trial ran on {node.name}"
-        assert {r["path"] for r in here} == {str(node / "hpo-nodes" / "ds" / "fashion")}
+        assert {r["path"] for r in here} == {str(node / "hpo-nodes" / ".ds.copy-1" / "fashion")}
         assert len({tuple(r["marker"]) for r in here}) == 1  # one copy per node...
         assert max(r["copies"] for r in here) == 1  # ...made once
         assert {r["bytes"] for r in here} == {sum(map(len, tree_bytes(dataset).values()))}

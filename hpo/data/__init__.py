@@ -10,6 +10,9 @@ the copies go when the study ends (unless ``keep``). See docs/staging.md.
   :mod:`hpo.space`);
 - ``_expand``: ``$NAME`` / ``${NAME:-fallback}`` in paths, expanded on the node;
 - ``_stage``: :func:`stage`, one item copied under the node's lock;
+- ``_copies``: each copy in a folder of its own, held by the trials reading
+  it (a lease), removed once none does: staging again never takes a
+  running trial's files away;
 - ``_marker``, ``_copy``, ``_room``: what a copy was made from, the copy
   itself with its progress, and the room it needs;
 - ``_paths``: what ``trial.data_path`` asks (the copies, or a hand-made
@@ -25,7 +28,7 @@ the copies go when the study ends (unless ``keep``). See docs/staging.md.
 >>> data = StagedData(DataSection({"table": str(shared / "table.csv")}, stage_to=local), "demo")
 >>> copy = data.path("table")
 >>> copy.read_text(), copy.relative_to(local).as_posix()
-('a,b\\n1,2\\n', 'hpo-demo/table/table.csv')
+('a,b\\n1,2\\n', 'hpo-demo/.table.copy-1/table.csv')
 """
 
 from hpo.data._cleanup import Removal, remove_copies, remove_node_copies

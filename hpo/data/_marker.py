@@ -2,9 +2,10 @@
 records it beside a complete copy.
 
 The marker is written last, after the copy is renamed into place: a copy
-without one is torn (its copier died) and never used. It holds the source's
-identity (sizes, modification times and inodes of every file, hashed), so a
-source changed since is staged again.
+no marker names is torn (its copier died) or old, and never used by a new
+trial. It holds the source's identity (sizes, modification times and inodes
+of every file, hashed), so a source changed since is staged again, and the
+name of the copy's folder.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["SourceState", "state_of", "read_marker", "write_marker", "fsync_folder"]
+__all__ = ["SourceState", "Marked", "state_of", "read_marker", "write_marker", "fsync_folder"]
 
 
 @dataclass(frozen=True)
@@ -59,21 +60,32 @@ def _add(digest: Any, relative: str, info: os.stat_result) -> None:
     digest.update(f"{relative}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode())
 
 
-def read_marker(path: Path) -> SourceState | None:
-    """The state recorded in the marker at ``path``; None when there is none
-    (or it is unreadable: the copy is then made again)."""
+class Marked(NamedTuple):
+    """What a marker records: the source's state and the folder of its copy
+    (None in a marker written before each copy had a folder of its own)."""
+
+    state: SourceState
+    copy: str | None
+
+
+def read_marker(path: Path) -> Marked | None:
+    """What the marker at ``path`` records; None when there is none (or it
+    is unreadable: the copy is then made again)."""
     try:
         recorded = json.loads(path.read_text())
-        return SourceState(**{k: recorded[k] for k in SourceState.__dataclass_fields__})
-    except (OSError, ValueError, KeyError, TypeError):
+        state = SourceState(**{k: recorded[k] for k in SourceState.__dataclass_fields__})
+        copy = recorded.get("copy")
+        return Marked(state, copy if isinstance(copy, str) else None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def write_marker(path: Path, state: SourceState, **details: Any) -> None:
-    """Record ``state`` at ``path`` atomically (written beside, fsync'd, renamed)."""
+def write_marker(path: Path, state: SourceState, copy: str, **details: Any) -> None:
+    """Record ``state`` and its copy's folder ``copy`` at ``path``
+    atomically (written beside, fsync'd, renamed)."""
     partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(partial, "w", encoding="utf-8") as out:
-        json.dump({**asdict(state), **details, "staged_at": time.time()}, out)
+        json.dump({**asdict(state), "copy": copy, **details, "staged_at": time.time()}, out)
         out.flush()
         os.fsync(out.fileno())
     os.replace(partial, path)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import abc
 import os
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
 from hpo.data._section import DataSection
+from hpo.data._copies import Lease
 from hpo.data._stage import node_folder, stage
 
 __all__ = ["DataPaths", "SourcePaths", "StagedData"]
@@ -47,10 +49,20 @@ class SourcePaths(DataPaths):
 
 class StagedData(DataPaths):
     """The study's items as copies on this node, each made by the first
-    trial of the node that asks for it (see :func:`hpo.data.stage`)."""
+    trial of the node that asks for it (see :func:`hpo.data.stage`).
+
+    One per trial: the copies it hands out stay on the node, whatever is
+    staged meanwhile, until :meth:`release` (called when it is collected,
+    or when the process ends, at the latest)."""
 
     def __init__(self, section: DataSection, study: str) -> None:
         self.section, self.study = section, study
+        self._leases: list[Lease] = []
+        self._release = weakref.finalize(self, _release, self._leases)
+
+    def release(self) -> None:
+        """Let the copies go: one that is no longer current is removed once no trial reads it."""
+        self._release()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -58,4 +70,9 @@ class StagedData(DataPaths):
 
     def path(self, name: str) -> Path:
         folder = node_folder(self.section.stage_to, self.study)  # expanded here, on the node
-        return stage(name, self.section.items[name], folder)
+        return stage(name, self.section.items[name], folder, self._leases)
+
+
+def _release(leases: list[Lease]) -> None:
+    while leases:
+        leases.pop().release()

@@ -2,17 +2,21 @@
 
 On the node, under ``<stage_to>/hpo-<study>/``::
 
-    <name>/<source's name>   the copy, complete (renamed into place)
-    .<name>.staged           its marker: what it was copied from (written last)
+    .<name>.copy-<n>/<source's name>  a complete copy (renamed into place)
+    <name>                   a link to the current copy, for people
+    .<name>.staged           its marker: what it was copied from, and which copy (written last)
     .<name>.lock             the node's lock for the item (flock)
     .<name>.tmp-<host>-<pid> a copy being made (a dead copier's is removed)
     staged.log               a line per copy made on this node
 
-A trial that finds a current marker uses the copy without locking. Otherwise
-it takes the item's lock (``flock``: the kernel drops it with a dead
-holder), looks again (the trial it waited for may have made the copy), and
-makes the copy: a temporary name, every file fsync'd, renamed into place,
-the marker written last. Item names never start with a dot, so nothing of
+A trial that finds a current marker uses the copy it names without locking.
+Otherwise it takes the item's lock (``flock``: the kernel drops it with a
+dead holder), looks again (the trial it waited for may have made the copy),
+and makes a new copy beside the others: a temporary name, every file
+fsync'd, renamed into a folder of its own, the marker written last. A trial
+reads the copy it was given until it ends (a lease: see ``_copies``), so a
+source changed meanwhile never takes its files away; older copies go when
+their last reader lets go. Item names never start with a dot, so nothing of
 hpo's can be taken for an item.
 """
 
@@ -30,6 +34,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hpo.data._copies import (
+    Lease, clear_leftovers, hold, lease, lock_path, next_copy, point_link, sweep, sweep_unlocked,
+)
 from hpo.data._copy import Progress, copy_source, mib
 from hpo.data._errors import StagingError
 from hpo.data._expand import UnsetVariable, expand_variables
@@ -57,23 +64,41 @@ def node_folder(stage_to: str, study: str) -> Path:
     return Path(expanded) / study_folder_name(study)
 
 
-def stage(name: str, source: str | os.PathLike[str], folder: Path) -> Path:
+def stage(name: str, source: str | os.PathLike[str], folder: Path,
+          held: list[Lease] | None = None) -> Path:
     """The path of this node's complete, current copy of ``source`` (the
     item ``name``) in ``folder``, made now if there is none.
+
+    The copy stays, whatever is staged later, while its lease is held:
+    appended to ``held`` (release it when done reading), or, without
+    ``held``, until this process ends.
 
     Raises :class:`StagingError` when the source cannot be read here or the
     copy cannot be made (no room: checked before copying).
     """
     source = Path(source)
     state = _state(name, source)
-    copy = folder / name / source.name
-    if _current(folder, name, state):
-        return copy
-    _make(folder, source)
-    with _node_lock(folder, name):
-        if not _current(folder, name, state):  # the trial waited for may have made it
-            _replace(folder, name, source, state)
-    return copy
+    leased = _current(folder, name, state)
+    if leased is None:
+        _make(folder, source)
+        with _node_lock(folder, name):
+            # The trial waited for may have made it.
+            leased = _current(folder, name, state) or _replace(folder, name, source, state)
+    elif _others(folder, name):
+        sweep(folder, name)  # older copies whose readers are gone
+    _hold(leased, held)
+    return leased.copy / source.name
+
+
+# Leases taken without a holder: kept until the process ends, one per copy.
+_PROCESS_LEASES: dict[Path, Lease] = {}
+
+
+def _hold(leased: Lease, held: list[Lease] | None) -> None:
+    if held is not None:
+        held.append(leased)
+    elif _PROCESS_LEASES.setdefault(leased.copy, leased) is not leased:
+        leased.release()  # this process holds that copy already
 
 
 def _state(name: str, source: Path) -> SourceState:
@@ -89,8 +114,18 @@ def _state_error(name: str, source: Path, exc: OSError) -> StagingError:
                         "mount the shared file system on every node, or restore the source", source)
 
 
-def _current(folder: Path, name: str, state: SourceState) -> bool:
-    return read_marker(folder / f".{name}.staged") == state and (folder / name).is_dir()
+def _current(folder: Path, name: str, state: SourceState) -> Lease | None:
+    """A lease on the copy the marker names, if it is one of ``state``."""
+    marked = read_marker(folder / f".{name}.staged")
+    if marked is None or marked.state != state or marked.copy is None:
+        return None
+    return lease(folder, name, marked.copy)
+
+
+def _others(folder: Path, name: str) -> bool:
+    """Whether the node has copies of ``name`` besides the current one."""
+    prefix = f".{name}.copy-"
+    return sum(entry.startswith(prefix) for entry in os.listdir(folder)) > 1
 
 
 def _make(folder: Path, source: Path) -> None:
@@ -107,7 +142,7 @@ def _make(folder: Path, source: Path) -> None:
 def _node_lock(folder: Path, name: str) -> Iterator[None]:
     """Hold the item's lock on this node, telling the user while it waits."""
     try:
-        handle = os.open(folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o664)
+        handle = os.open(lock_path(folder, name), os.O_RDWR | os.O_CREAT, 0o664)
     except OSError as exc:
         raise _unwritable(folder, exc) from None
     try:
@@ -122,43 +157,54 @@ def _node_lock(folder: Path, name: str) -> Iterator[None]:
         os.close(handle)  # releases the lock
 
 
-def _replace(folder: Path, name: str, source: Path, state: SourceState) -> None:
-    """Under the item's lock: drop what is there (stale, torn), check the
-    room, copy, rename into place, mark."""
-    _discard(folder, name)
+def _replace(folder: Path, name: str, source: Path, state: SourceState) -> Lease:
+    """Under the item's lock: drop what no trial reads (old copies, torn
+    ones), check the room, copy beside the current copy into a folder of
+    its own, point the link and the marker at it; the copy it replaces goes
+    once no trial reads it."""
+    try:
+        clear_leftovers(folder, name)
+        sweep_unlocked(folder, name)
+    except OSError as exc:
+        raise _unwritable(folder, exc) from None
     check_room(folder, name, state)
-    temporary = folder / f".{name}.tmp-{socket.gethostname()}-{os.getpid()}"
     progress = Progress(name, state.bytes)
     progress.say(f"copying {mib(state.bytes)} ({state.files} files) from {source} to {folder}")
+    leased = _copy_beside(folder, name, source, state, progress)
+    sweep_unlocked(folder, name)  # the copy replaced, if no trial reads it
+    seconds = time.monotonic() - progress.started
+    progress.say(f"staged in {seconds:.1f} s ({progress.rate()}): {leased.copy / source.name}")
+    _log(folder, {"name": name, "copy": leased.copy.name, "source": str(source), "bytes": state.bytes,
+                  "files": state.files, "seconds": round(seconds, 3), "host": socket.gethostname(),
+                  "pid": os.getpid(), "at": time.time()})
+    return leased
+
+
+def _copy_beside(folder: Path, name: str, source: Path, state: SourceState,
+                 progress: Progress) -> Lease:
+    """The new copy, made under a temporary name and renamed into a folder
+    of its own, leased before anyone can see it; then linked and marked."""
+    temporary = folder / f".{name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    copy = next_copy(folder, name)
+    leased = None
     try:
         temporary.mkdir()
+        leased = hold(folder, name, temporary, folder / copy)
         copy_source(source, temporary / source.name, progress)
-        os.rename(temporary, folder / name)
+        os.rename(temporary, folder / copy)
+        point_link(folder, name, copy)
         fsync_folder(folder)
-        write_marker(folder / f".{name}.staged", state, host=socket.gethostname(), pid=os.getpid())
+        write_marker(folder / f".{name}.staged", state, copy, host=socket.gethostname(), pid=os.getpid())
+        return leased
     except OSError as exc:
+        if leased is not None:
+            leased.release()  # an unmarked copy: removed by the next sweep
         shutil.rmtree(temporary, ignore_errors=True)
         if exc.errno in _WRITE_FAULTS:
             raise full(folder, name, state.bytes) from None
         if str(exc.filename or "").startswith(str(source)):  # the source, not the node
             raise _state_error(name, source, exc) from None
         raise _unwritable(folder, exc) from None
-    seconds = time.monotonic() - progress.started
-    progress.say(f"staged in {seconds:.1f} s ({progress.rate()}): {folder / name / source.name}")
-    _log(folder, {"name": name, "source": str(source), "bytes": state.bytes, "files": state.files,
-                  "seconds": round(seconds, 3), "host": socket.gethostname(), "pid": os.getpid(),
-                  "at": time.time()})
-
-
-def _discard(folder: Path, name: str) -> None:
-    """Remove an earlier copy of ``name``, its marker and any copy a dead
-    copier left (only the lock's holder copies, so none is in progress)."""
-    (folder / f".{name}.staged").unlink(missing_ok=True)
-    for leftover in [folder / name, *folder.glob(f".{name}.tmp-*")]:
-        if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
-        elif leftover.exists() or leftover.is_symlink():
-            leftover.unlink()
 
 
 def _log(folder: Path, entry: dict[str, object]) -> None:
