@@ -16,7 +16,7 @@ from typing import Any
 
 from hpo.errors import UsageError
 from hpo.registry import ENGINES
-from hpo.launchers.compss import CompssJob
+from hpo.launchers.compss import CompssJob, master_runs_trials
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
 from hpo.launchers.records import JOBS_FILE, append_job, earlier_endings, read_ending, read_jobs
@@ -149,7 +149,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     spec = prepare(space, name=args.name, objective=args.objective, algorithm=args.algorithm,
                    max_trials=args.max_trials, parallel=args.parallel, seed=args.seed,
                    timeout_s=args.timeout_s)
-    request = replace(request, nodes=_nodes_for(spec, args.engine, args.nodes))
+    request = replace(request, nodes=_nodes_for(spec, args.engine, args.nodes, request.extra))
     pythonpath = job_pythonpath(space)
     check_objective(spec, pythonpath)
     # enqueue_compss also puts the project on the job's path (--pythonpath).
@@ -194,18 +194,22 @@ def job_pythonpath(space: Path) -> list[str]:
     return objective_path(space)
 
 
-def _nodes_for(spec, engine: str, asked: int | None) -> int:
+def _nodes_for(spec, engine: str, asked: int | None, extra: Sequence[str] = ()) -> int:
     """The allocation's nodes: enough for the widest trial (under COMPSs the
-    master's node runs no trials once there are several)."""
+    master's node runs no trials once there are several, unless --extra
+    gives it CPUs enough: --worker_in_master_cpus)."""
     widest = spec.shape_bounds[1].nodes
-    needed = widest + 1 if engine == "compss" and widest > 1 else widest
+    idle_master = engine == "compss" and widest > 1 and not master_runs_trials(extra, spec)
+    needed = widest + 1 if idle_master else widest
     if asked is None:
         return needed
     if asked < needed:
         raise UsageError(
             f"study {spec.name!r} has trials on {widest} nodes and --nodes is {asked}"
-            + (" (the COMPSs master's node runs none)" if engine == "compss" and widest > 1 else "")
-            + f".\n  fix: --nodes {needed} or more, or drop --nodes")
+            + (" (the COMPSs master's node runs none)" if idle_master else "")
+            + f".\n  fix: --nodes {needed} or more, or drop --nodes"
+            + (f"; or give the master's node trials too: --extra=--worker_in_master_cpus=C, "
+               f"C at least {spec.shape_bounds[1].cpus}" if idle_master else ""))
     return asked
 
 

@@ -10,7 +10,10 @@ What the site profile (``--sc_cfg``) would otherwise decide is passed
 explicitly where it changes the study: the master node's share of the trials
 (``--worker_in_master_cpus``: 22 of the 40 profiles of COMPSs 3.3, mn.cfg
 among them, give it CPUs, and with them all the node's GPUs), so that the
-slots hpo computes are the ones COMPSs has.
+slots hpo computes are the ones COMPSs has. A flag given with ``--extra``
+replaces hpo's own, and the slots count its value; the four hpo computes the
+allocation from (``--num_nodes``, ``--exec_time``, ``--cpus_per_node``,
+``--gpus_per_node``) are refused there, in favour of hpo's own options.
 
 By default enqueue_compss gives the runtime a wall-clock limit one minute
 before the walltime; there the master raises wherever it is and every task is
@@ -26,12 +29,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpo.engines import CompssEngine, trials_per_node
+from hpo.engines import CompssEngine
 from hpo.errors import UsageError
 from hpo.launchers.request import BatchRequest
 from hpo.space import StudySpec
 
-__all__ = ["CompssJob"]
+__all__ = ["CompssJob", "master_runs_trials"]
+
+# enqueue_compss flags hpo computes the study's budget, slots and nodes from:
+# given with --extra they would disagree with hpo's figures, so hpo's option is asked for.
+_OWN_OPTIONS = {"--num_nodes": "--nodes", "--exec_time": "--time", "--cpus_per_node": "--cpus-per-node",
+                "--gpus_per_node": "--gpus-per-node"}
 
 
 @dataclass(frozen=True)
@@ -125,27 +133,62 @@ class CompssJob:
         """The master node's CPUs that run trials (``--worker_in_master_cpus``):
         as given with ``--extra``, else all of them on one node (or nothing
         would run), else none."""
-        given = _extra_int(self.request.extra, "--worker_in_master_cpus")
+        given = _extra_int(self.request.extra, "--worker_in_master_cpus", "CPUs")
         if given is not None:
             return given
         return (self.request.cpus_per_node or 0) if self.request.nodes == 1 else 0
 
     @property
+    def node_memory_mb(self) -> int | None:
+        """A worker node's memory (``--node_memory``): as given with
+        ``--extra``, else ``--mem-per-node-gb``; None where unknown."""
+        given = _extra_value(self.request.extra, "--node_memory")
+        if given is not None:
+            return int(given) if given.isdigit() else None  # e.g. "disabled"
+        return self.request.mem_per_node_gb * 1024 if self.request.mem_per_node_gb else None
+
+    @property
+    def master_memory_mb(self) -> int | None:
+        """The master node's memory for trials (``--worker_in_master_memory``):
+        as given with ``--extra``, else the node's when it runs trials."""
+        given = _extra_int(self.request.extra, "--worker_in_master_memory", "MB")
+        if given is not None:
+            return given
+        return self.node_memory_mb if self.master_cpus else None
+
+    @property
     def slots(self) -> int | None:
         """Trials the allocation runs at once (None: unknown here, the runtime
-        decides): the other nodes' and the master's share, a multi-node
-        trial taking a place on each of its nodes."""
+        decides): the other nodes' and the master's share, by CPUs, GPUs and
+        memory, a multi-node trial taking a place on each of its nodes."""
         r, (res, _) = self.request, self.spec.shape_bounds
-        if r.cpus_per_node is None:
+        if r.cpus_per_node is None or (res.memory_gb and self.node_memory_mb is None):
             return None
-        cpus, gpus = res.cpus, int(res.gpus)
-        places = [trials_per_node(cpus, gpus, r.cpus_per_node, r.gpus_per_node)] * (r.nodes - 1)
-        if self.master_cpus >= cpus:  # COMPSs gives that worker all the node's GPUs
-            places.append(trials_per_node(cpus, gpus, self.master_cpus, r.gpus_per_node))
-        return max(1, concurrent_trials(places, res.nodes))
+        places = [self._places(r.cpus_per_node, self.node_memory_mb)] * (r.nodes - 1)
+        master_memory_mb = self.master_memory_mb
+        # COMPSs gives the master's worker all the node's GPUs: its CPUs and memory decide.
+        if self.master_cpus >= res.cpus and (master_memory_mb is None
+                                             or master_memory_mb >= _reserved_mb(res.memory_gb)):
+            places.append(self._places(self.master_cpus, master_memory_mb))
+        return max(1, CompssEngine.fit(places, res.nodes))
+
+    def _places(self, cpus: int, memory_mb: int | None) -> int:
+        res = self.spec.shape_bounds[0]
+        memory_gb = memory_mb / 1024 if memory_mb is not None else None
+        return CompssEngine.places(res.cpus, int(res.gpus), res.memory_gb, cpus,
+                                   self.request.gpus_per_node, memory_gb)
 
     def check(self) -> None:
         r, res = self.request, self.spec.shape_bounds[1]
+        for flag, option in _OWN_OPTIONS.items():
+            given = _extra_value(r.extra, flag)
+            if given is not None:
+                raise UsageError(
+                    f"--extra={flag}={given}: hpo sets {flag} from its own {option}, and computes "
+                    f"the study's budget, slots and nodes from it.\n  fix: {option} {given} "
+                    "instead")
+        _extra_int(r.extra, "--worker_in_master_cpus", "CPUs")  # a number, or a clear error now
+        _extra_int(r.extra, "--worker_in_master_memory", "MB")
         if self.sc_cfg is None:
             raise UsageError(
                 "--engine compss: which COMPSs profile does this site use? enqueue_compss's "
@@ -177,21 +220,20 @@ class CompssJob:
         """The full ``enqueue_compss`` command."""
         self.check()
         r = self.request
-        asked_master = _extra_int(r.extra, "--worker_in_master_cpus") is not None
-        master_memory = r.mem_per_node_gb * 1024 if self.master_cpus and r.mem_per_node_gb else None
+        asked_master = _extra_value(r.extra, "--worker_in_master_cpus") is not None
         flags = {
             "num_nodes": r.nodes,
             "exec_time": r.time_min,
             "cpus_per_node": r.cpus_per_node,
             "gpus_per_node": r.gpus_per_node or None,
-            "node_memory": r.mem_per_node_gb * 1024 if r.mem_per_node_gb else None,
+            "node_memory": self.node_memory_mb,
             "queue": r.partition,
             "qos": r.qos,
             "project_name": r.account,
             # Always explicit: the profile's default may give the master node
             # trials (mn.cfg: 24 CPUs) that the slots would not count.
             "worker_in_master_cpus": None if asked_master else self.master_cpus,
-            "worker_in_master_memory": None if asked_master else master_memory,
+            "worker_in_master_memory": None if asked_master else self.master_memory_mb,
             "worker_working_dir": self.scratch or str(self.worker_dir),
             "log_dir": str(self.log_dir),
             "pythonpath": ":".join(self.pythonpath) or None,
@@ -204,7 +246,9 @@ class CompssJob:
             "wall_clock_limit": self.runtime_limit_s,
         }
         argv = ["enqueue_compss"]
-        argv += [f"--{k}={v}" for k, v in flags.items() if v is not None]
+        # A flag given with --extra replaces hpo's own.
+        argv += [f"--{k}={v}" for k, v in flags.items()
+                 if v is not None and _extra_value(r.extra, f"--{k}") is None]
         argv += list(r.extra)
         study_args = list(self.study_args)
         if "--parallel" not in study_args and self.spec.search.parallel is None and self.slots:
@@ -233,27 +277,33 @@ def _check(option: str, value: str) -> str:
             f"whatever the profile: --extra=--extra_submit_flag=--{option}={value}")
 
 
-def concurrent_trials(places: Sequence[int], nodes_per_trial: int) -> int:
-    """How many trials of ``nodes_per_trial`` distinct nodes run at once on
-    nodes holding ``places`` trials each: the most t with t * n <= sum of
-    min(place, t) (a trial takes a place on each of its nodes).
-
-    >>> concurrent_trials([1, 1, 1], 3), concurrent_trials([12] * 3, 3), concurrent_trials([2] * 5, 3)
-    (1, 12, 3)
-    """
-    t = 0
-    while (t + 1) * nodes_per_trial <= sum(min(p, t + 1) for p in places):
-        t += 1
-    return t
+def master_runs_trials(extra: Sequence[str], spec: StudySpec) -> bool:
+    """Whether the master's node runs a part of the study's largest trial:
+    ``--worker_in_master_cpus`` (and ``--worker_in_master_memory``, if
+    given) with ``--extra``, large enough for it."""
+    largest = spec.shape_bounds[1]
+    cpus = _extra_int(extra, "--worker_in_master_cpus", "CPUs")
+    memory = _extra_int(extra, "--worker_in_master_memory", "MB")
+    return (cpus is not None and cpus >= largest.cpus
+            and (memory is None or memory >= _reserved_mb(largest.memory_gb)))
 
 
-def _extra_int(extra: Sequence[str], flag: str) -> int | None:
+def _reserved_mb(memory_gb: float | None) -> int:
+    """What COMPSs reserves for a trial of ``memory_gb``, in MB (0: no limit)."""
+    return CompssEngine.whole_gb(memory_gb) * 1024
+
+
+def _extra_value(extra: Sequence[str], flag: str) -> str | None:
+    """The value given to enqueue_compss as ``flag=VALUE`` through --extra
+    (the last one, if given twice), or None."""
+    given = [option.partition("=")[2] for option in extra if option.partition("=")[0] == flag]
+    return given[-1] if given else None
+
+
+def _extra_int(extra: Sequence[str], flag: str, unit: str) -> int | None:
     """The whole number given to enqueue_compss as ``flag=N`` through --extra, or None."""
-    for option in extra:
-        name, _, value = option.partition("=")
-        if name == flag:
-            if not value.isdigit():
-                raise UsageError(f"--extra={option}: {flag} takes a whole number of CPUs.\n"
-                                 f"  fix: e.g. --extra={flag}=8")
-            return int(value)
-    return None
+    value = _extra_value(extra, flag)
+    if value is not None and not value.isdigit():
+        raise UsageError(f"--extra={flag}={value}: {flag} takes a whole number of {unit}.\n"
+                         f"  fix: e.g. --extra={flag}=8")
+    return None if value is None else int(value)

@@ -119,6 +119,28 @@ def test_default_slots_come_from_the_nodes_cores(compss, monkeypatch, cpus, gpus
     assert engine.slots == slots
 
 
+@pytest.mark.parametrize("resources, nodes, slots", [
+    ({"cpus": 48, "nodes": 3}, 6, 2),        # 3-node trials on 6 nodes: two at once
+    ({"cpus": 4, "nodes": 3}, 6, 24),        # 12 places a node, each trial on 3 of them
+    ({"cpus": 1, "memory_gb": 10}, 1, 20),   # 200 GB a node: 20 trials, not 48
+    ({"cpus": 1, "memory_gb": 7.5}, 2, 2 * 25),  # reserved as 8 GB (whole GB, rounded up)
+    ({"cpus": 8, "memory_gb": 10}, 1, 6),    # the CPUs bind first
+])
+def test_default_slots_count_memory_and_nodes_per_trial(compss, monkeypatch, resources, nodes, slots):
+    """The slots are the trials that fit at once by CPUs, GPUs, memory and
+    nodes per trial, on nodes of 48 cores and 200 GB (SLURM's figures)."""
+    from hpo.space import parse_spec
+
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "48")
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", str(200 * 1024))  # MB, as SLURM gives it
+    compss.start(nodes=nodes, cpus_per_node=48)
+    space = toy_space("fit", resources=resources)
+    del space["search"]["parallel"]
+    engine = CompssEngine.from_spec(parse_spec(space))
+    engine.start()
+    assert engine.slots == slots
+
+
 def test_a_study_without_parallel_fills_every_core(compss, monkeypatch, tmp_path):
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
     compss.start(nodes=2, cpus_per_node=2)  # 2 nodes of 2 cores: 4 one-CPU trials at once

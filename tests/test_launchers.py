@@ -176,6 +176,62 @@ def test_compss_slots_count_the_masters_share_when_asked(hpo, tmp_path):
     assert status == 2 and "whole number" in err and "fix:" in err
 
 
+def test_compss_extra_master_cpus_gives_the_masters_node_a_part_of_multi_node_trials(hpo, tmp_path):
+    # --extra replaces hpo's --worker_in_master_cpus=0: the master's node then
+    # runs trials, and 3 nodes hold a 3-node trial.
+    space = compss_space(tmp_path, cpus=8, nodes=3)
+    argv = compss_argv(hpo, space, "--nodes", "3", "--time", "60", "--cpus-per-node", "80",
+                       "--sc-cfg", "mn.cfg", "--extra=--worker_in_master_cpus=80")
+    assert flags_of(argv)["--num_nodes"] == "3" and argv.count("--worker_in_master_cpus=80") == 1
+    assert "--worker_in_master_cpus=0" not in argv
+    assert parallel_of(argv) == 10  # 10 places on each of the 3 nodes, a trial on all three
+    # Without it the master's node runs none, and 3 nodes are too few.
+    status, _, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "3",
+                         "--time", "60", "--cpus-per-node", "80", "--sc-cfg", "mn.cfg")
+    assert status == 2 and "fix: --nodes 4 or more" in err
+    # A master's share too small for a trial's CPUs holds none of it.
+    status, _, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "3",
+                         "--time", "60", "--cpus-per-node", "80", "--sc-cfg", "mn.cfg",
+                         "--extra=--worker_in_master_cpus=4")
+    assert status == 2 and "fix: --nodes 4 or more" in err
+
+
+def test_compss_slots_count_the_memory_of_a_node(hpo, tmp_path):
+    space = compss_space(tmp_path, cpus=1, memory_gb=10)
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--cpus-per-node", "48",
+                       "--mem-per-node-gb", "200", "--sc-cfg", "mn.cfg")
+    assert parallel_of(argv) == 20  # 200 GB / 10 GB, not 48 CPUs / 1
+    # --extra=--node_memory replaces hpo's, and the slots count it.
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--cpus-per-node", "48",
+                       "--mem-per-node-gb", "200", "--sc-cfg", "mn.cfg", "--extra=--node_memory=102400")
+    assert parallel_of(argv) == 10
+    assert [a for a in argv if a.startswith("--node_memory")] == ["--node_memory=102400"]
+    # A node's memory unknown here: the study counts it at run time.
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--cpus-per-node", "48",
+                       "--sc-cfg", "mn.cfg")
+    assert "--parallel" not in argv
+
+
+def test_compss_extra_flags_replace_hpos_own(hpo, space):
+    argv = compss_argv(hpo, space, "--nodes", "2", "--time", "60", "--sc-cfg", "mn.cfg",
+                       "--extra=--wall_clock_limit=1000", "--extra=--log_dir=/scratch/logs")
+    assert [a for a in argv if a.startswith("--wall_clock_limit")] == ["--wall_clock_limit=1000"]
+    assert [a for a in argv if a.startswith("--log_dir")] == ["--log_dir=/scratch/logs"]
+
+
+@pytest.mark.parametrize("extra, option", [
+    ("--cpus_per_node=40", "--cpus-per-node 40"),
+    ("--num_nodes=8", "--nodes 8"),
+    ("--exec_time=30", "--time 30"),
+    ("--gpus_per_node=2", "--gpus-per-node 2"),
+])
+def test_compss_extra_flags_hpo_computes_with_name_hpos_option(hpo, space, extra, option):
+    status, out, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "2",
+                           "--time", "60", "--sc-cfg", "mn.cfg", f"--extra={extra}")
+    assert status == 2 and out == "", err
+    assert f"--extra={extra}" in err and f"fix: {option}" in err
+
+
 def test_compss_rounds_fractional_memory_up_and_says_so(hpo, tmp_path):
     space = compss_space(tmp_path, memory_gb=1.5)
     status, out, err = hpo("submit", space, "--engine", "compss", "--dry-run", "--nodes", "2",

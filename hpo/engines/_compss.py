@@ -25,7 +25,7 @@ from hpo.errors import UsageError
 from hpo.machine import node_cores, trials_per_node, visible_gpus
 from hpo.trial import TrialTask
 
-__all__ = ["CompssEngine", "under_compss_runtime"]
+__all__ = ["CompssEngine", "under_compss_runtime", "node_memory_gb"]
 
 _RETURN_GRACE_S = 0.2
 
@@ -41,6 +41,18 @@ def under_compss_runtime() -> bool:
     return bool(context.in_pycompss())  # COMPSs 2.x
 
 
+def node_memory_gb() -> float | None:
+    """This node's memory for trials, in GB: SLURM's ``SLURM_MEM_PER_NODE``
+    (MB) inside an allocation that set one, else the node's physical memory."""
+    given = os.environ.get("SLURM_MEM_PER_NODE", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given) / 1024
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        return None
+
+
 @dataclass(frozen=True, eq=False)
 class _Submitted:
     group: str
@@ -51,11 +63,14 @@ class _Submitted:
 class CompssEngine(Engine):
     """Trials as PyCOMPSs tasks with @constraint (CPUs, GPUs, memory) and time_out.
 
-    ``slots`` (how many trials run at once) defaults to the worker nodes the
-    runtime reports times the trials one node holds: its cores
-    (``SLURM_CPUS_ON_NODE``, else this node's) divided by ``cpus``, and with
-    GPUs its visible GPUs divided by ``gpus``. ``hpo submit`` passes the
-    allocation's own figure as ``--parallel``.
+    ``slots`` (how many trials run at once) defaults to the trials that fit
+    at once on the worker nodes the runtime reports, each taken to be like
+    this one: its cores (``SLURM_CPUS_ON_NODE``, else this node's) divided by
+    ``cpus``, its visible GPUs by ``gpus``, its memory
+    (``SLURM_MEM_PER_NODE``, else this node's) by ``memory_gb`` in whole GB,
+    and a trial of ``nodes`` nodes takes a place on as many nodes (see
+    :meth:`fit`). ``hpo submit`` passes the allocation's own figure as
+    ``--parallel``.
     """
 
     name = "compss"
@@ -91,11 +106,41 @@ class CompssEngine(Engine):
         local: a worker that cannot reach the store's relay writes directly."""
         return int(os.environ.get("SLURM_JOB_NUM_NODES") or 1) <= 1
 
+    @staticmethod
+    def places(cpus: int, gpus: int, memory_gb: float | None, cores: int, node_gpus: int,
+               node_memory_gb: float | None) -> int:
+        """The trials of ``cpus`` CPUs, ``gpus`` GPUs and ``memory_gb`` one
+        node holds at once (at least one), the memory as COMPSs reserves it
+        (whole GB); a node's memory of None (unknown) bounds nothing.
+
+        >>> CompssEngine.places(1, 0, 10, cores=48, node_gpus=0, node_memory_gb=200)
+        20
+        """
+        fit = trials_per_node(cpus, gpus, cores, node_gpus)
+        if memory_gb and node_memory_gb:
+            fit = min(fit, int(node_memory_gb // CompssEngine.whole_gb(memory_gb)))
+        return max(fit, 1)
+
+    @staticmethod
+    def fit(places: Sequence[int], nodes_per_trial: int = 1) -> int:
+        """How many trials of ``nodes_per_trial`` distinct nodes run at once on
+        nodes holding ``places`` trials each: the most t with t * n <= the sum
+        of min(place, t) (a trial takes a place on each of its nodes).
+
+        >>> CompssEngine.fit([1] * 6, 3), CompssEngine.fit([12] * 3, 3), CompssEngine.fit([2] * 5, 3)
+        (2, 12, 3)
+        """
+        t = 0
+        while (t + 1) * nodes_per_trial <= sum(min(p, t + 1) for p in places):
+            t += 1
+        return t
+
     def __init__(self, cpus: int = 1, gpus: int = 0, memory_gb: float | None = None,
-                 time_limit_s: float | None = None, slots: int | None = None) -> None:
+                 time_limit_s: float | None = None, slots: int | None = None,
+                 nodes: int = 1) -> None:
         # The smallest trial's shape: it sizes the slots. Each task is declared
         # for its own trial's shape (COMPSs fixes constraints at declaration).
-        self._cpus, self._gpus = cpus, gpus
+        self._cpus, self._gpus, self._nodes = cpus, gpus, nodes
         self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
         self._warned: set[float] = set()  # memory values whose rounding was told
@@ -117,7 +162,7 @@ class CompssEngine(Engine):
                 f"{smallest.gpus:g} of one.\n  fix: use whole GPUs with --engine compss, or share "
                 "GPUs with the dask engine (hpo run --engine dask)")
         return cls(smallest.cpus, int(smallest.gpus), smallest.memory_gb, smallest.time_limit_s,
-                   spec.search.parallel)
+                   spec.search.parallel, smallest.nodes)
 
     def start(self) -> None:
         self._tasks = importlib.import_module("hpo.engines._compss_tasks")
@@ -129,7 +174,9 @@ class CompssEngine(Engine):
             # The runtime counts nodes, not slots; the nodes are taken to be like this one.
             nodes = max(1, int(self._api.compss_get_number_of_resources()))
             gpus_here = len(visible_gpus()) if self._gpus else 0
-            self._slots = nodes * trials_per_node(self._cpus, self._gpus, node_cores(), gpus_here)
+            here = self.places(self._cpus, self._gpus, self._memory_gb, node_cores(), gpus_here,
+                               node_memory_gb())
+            self._slots = max(1, self.fit([here] * nodes, self._nodes))
 
     @property
     def slots(self) -> int:
