@@ -31,7 +31,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from hpo.data._copies import (
@@ -171,7 +171,8 @@ def _replace(folder: Path, name: str, source: Path, state: SourceState) -> Lease
     progress = Progress(name, state.bytes)
     progress.say(f"copying {mib(state.bytes)} ({state.files} files) from {source} to {folder}")
     leased = _copy_beside(folder, name, source, state, progress)
-    sweep_unlocked(folder, name)  # the copy replaced, if no trial reads it
+    with suppress(OSError):  # the copy is made; what stays goes at the study's end
+        sweep_unlocked(folder, name)  # the copy replaced, if no trial reads it
     seconds = time.monotonic() - progress.started
     progress.say(f"staged in {seconds:.1f} s ({progress.rate()}): {leased.copy / source.name}")
     _log(folder, {"name": name, "copy": leased.copy.name, "source": str(source), "bytes": state.bytes,
