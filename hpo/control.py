@@ -226,6 +226,7 @@ class Controller:
                     trial = store.trial(store.trial_id(trial))
                     state = status_of(trial)
                 tally.add(number, state, value, maximize)
+                searcher.finished(trial)  # the sampler's after_trial, as Optuna's tell calls it
                 if not stopping and failing.add(trial, state) and tally.counted < self.spec.max_trials:
                     stopping = misconfigured = self._stop(store, {"reason": "same_failure"})
                 if not stopping and self._reached_target(state, trial.values):

@@ -2,7 +2,8 @@
 
 The names a space may use are :data:`hpo.registry.ALGORITHMS` and
 :data:`hpo.registry.SAMPLERS`; ``hpo.run(sampler=...)`` also takes any
-Optuna sampler object.
+Optuna sampler object, driven as Optuna drives it (``before_trial`` on each
+new trial, ``after_trial`` once it ended, ``study.stop()`` honoured).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import optuna
 
 from hpo.registry import ALGORITHMS, SAMPLERS
 from hpo.search._base import Proposal, ProposalSampler, Searcher
-from hpo.search._paused import paused_view
+from hpo.search._paused import paused_view, sampler_view
 from hpo.search._samplers import (
     GridSearcher, SamplerSearcher, gp_sampler, random_sampler, startup_trials, tpe_sampler,
 )
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     from hpo.space import StudySpec
 
 __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_study", "open_search",
-           "random_sampler", "tpe_sampler", "gp_sampler", "startup_trials", "paused_view"]
+           "random_sampler", "tpe_sampler", "gp_sampler", "startup_trials", "paused_view",
+           "sampler_view"]
 
 
 def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:
@@ -49,7 +51,8 @@ def open_search(spec: "StudySpec", study: optuna.Study,
     grid = spec.grid() if spec.grid_size is not None else None
     if sampler is None and search.algorithm == "grid":
         return GridSearcher(study, spec.params, grid)
-    if sampler is None:
-        factory = ALGORITHMS.factory(search.algorithm) or SAMPLERS.factory(search.sampler)
-        sampler = factory(seed=search.seed, max_trials=spec.max_trials, conditional=spec.conditional)
+    if sampler is not None:  # the user's: drawn again on a duplicate, never overruled
+        return SamplerSearcher(study, spec.params, sampler, grid, search.seed, fills_in=False)
+    factory = ALGORITHMS.factory(search.algorithm) or SAMPLERS.factory(search.sampler)
+    sampler = factory(seed=search.seed, max_trials=spec.max_trials, conditional=spec.conditional)
     return SamplerSearcher(study, spec.params, sampler, grid, search.seed)

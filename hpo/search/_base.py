@@ -38,6 +38,11 @@ class ProposalSampler(optuna.samplers.BaseSampler):
     def __init__(self, distributions: dict[str, optuna.distributions.BaseDistribution]) -> None:
         self._distributions = distributions
         self.propose = None  # set by the Searcher: (study, trial) -> params
+        self.before = None  # set by the Searcher: (trial) -> None, Optuna's before_trial
+
+    def before_trial(self, study, trial):
+        if self.before is not None:  # optuna.Trial calls it on the trial just created
+            self.before(trial)
 
     def infer_relative_search_space(self, study, trial):
         return self._distributions
@@ -58,9 +63,10 @@ class Searcher(abc.ABC):
     configuration holds its active parameters only (conditional spaces).
     """
 
-    #: Whether proposals learn from results. Adaptive ones are sampled on the
-    #: stored trial, as Optuna's ``study.ask`` samples (TPE reads it); the others
-    #: are chosen first and the trial is created with them in one journal write.
+    #: Whether proposals need their trial first. Adaptive ones are sampled on
+    #: the stored trial, as Optuna's ``study.ask`` samples (TPE reads it, a
+    #: sampler's ``before_trial`` prepares it); the others are chosen first and
+    #: the trial is created with them in one journal write.
     adaptive = False
 
     def __init__(self, study: optuna.Study, params: Mapping[str, Param]):
@@ -69,6 +75,7 @@ class Searcher(abc.ABC):
         self.distributions = {name: param.distribution() for name, param in params.items()}
         self._store = StudyStore.of(study)
         study.sampler.propose = self._propose
+        study.sampler.before = self._before_trial
         self._seen = {_key(t.params) for t in study.get_trials(deepcopy=False) if _counts(t)}
 
     def ask(self) -> Proposal | None:
@@ -101,6 +108,14 @@ class Searcher(abc.ABC):
         created = self._store.create_trials(
             [(params, {k: self.distributions[k] for k in params}) for params in chosen])
         return [Proposal(trial_id, number, params) for (trial_id, number), params in zip(created, chosen)]
+
+    def finished(self, trial: optuna.trial.FrozenTrial) -> None:
+        """Tell the search that ``trial``, as stored, ended: what Optuna's
+        ``study.tell`` does for its sampler (``after_trial``). The master
+        calls it for each trial it learns ended; once per trial."""
+
+    def _before_trial(self, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna's ``before_trial``, on an adaptive search's new trial."""
 
     @abc.abstractmethod
     def _exhausted(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
 import warnings
@@ -10,14 +11,16 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
-from hpo.search._base import Searcher, _key
-from hpo.search._paused import paused_view
+from hpo.search._base import Proposal, Searcher, _key
+from hpo.search._paused import sampler_view
+from hpo.store import StudyStore
 from hpo.space import Grid, is_active, ordered
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler",
            "startup_trials"]
 
 _TRIES = 20
+_ENDED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL)
 
 
 class GridSearcher(Searcher):
@@ -43,35 +46,65 @@ class GridSearcher(Searcher):
 
 
 class SamplerSearcher(Searcher):
-    """Random or Bayesian search through an Optuna sampler, without duplicates.
+    """Random or Bayesian search through an Optuna sampler, without duplicates,
+    driven as Optuna drives it: ``before_trial`` on each new trial before it
+    is sampled, ``after_trial`` once it ended (:meth:`finished`), and a
+    ``study.stop()`` in either ends the asking.
 
-    A proposal equal to one already handed out is drawn again; on a finite
-    space that keeps returning duplicates, an unseen grid point is taken at
-    random instead, and the search ends once every point was tried.
-    Conditional parameters are sampled define-by-run, as an Optuna objective
-    would: each only when the values drawn before it make it active.
+    A proposal equal to one already handed out is drawn again. With a
+    sampler of hpo's own (``fills_in``), on a finite space that keeps
+    returning duplicates, an unseen grid point is taken at random instead,
+    and the search ends once every point was tried; a user's sampler has
+    the last word (it may have noted its choice on the trial, as GridSampler
+    and CmaEsSampler do). Conditional parameters are sampled define-by-run,
+    as an Optuna objective would: each only when the values drawn before it
+    make it active.
     """
 
     def __init__(self, study, params, inner: optuna.samplers.BaseSampler,
-                 grid: Grid | None, seed: int | None) -> None:
+                 grid: Grid | None, seed: int | None, fills_in: bool = True) -> None:
         super().__init__(study, params)
         self._inner = inner
         self._order = ordered(params)
         self._conditional = any(param.when for param in params.values())
-        self.adaptive = not isinstance(inner, optuna.samplers.RandomSampler)
+        self.adaptive = not _plain_random(inner)
         self._grid = grid
+        self._fills_in = fills_in
         self._rng = random.Random(seed)
         # Configurations an earlier run of this study handed out: a seeded
         # sampler, made afresh, draws its sequence again from the start.
         self._replay = set(self._seen)
+        # Trials the sampler was told ended (an earlier run's count as told);
+        # None: its after_trial is Optuna's, doing nothing, so none is told.
+        tells = type(inner).after_trial is not optuna.samplers.BaseSampler.after_trial
+        self._told = {t.number for t in self._store.trials(*_ENDED)} if tells else None
+        self._view = sampler_view(study, self._told)  # what the sampler sees and writes through
+
+    def ask_many(self, count: int) -> list[Proposal]:
+        # Trials that ended since are told first, so that the sampler never
+        # sees an ended trial it was not told of (Optuna tells before storing the end).
+        if self._told is not None:
+            for trial in self._store.trials(*_ENDED):
+                self.finished(trial)
+        return super().ask_many(count)
+
+    def finished(self, trial: optuna.trial.FrozenTrial) -> None:
+        if self._told is None or trial.number in self._told or not trial.state.is_finished():
+            return
+        self._told.add(trial.number)
+        seen = self._view.trial(StudyStore.trial_id(trial))
+        self._inner.after_trial(self._view, seen, seen.state, seen.values)
+
+    def _before_trial(self, trial: optuna.trial.FrozenTrial) -> None:
+        self._inner.before_trial(self._view, self._view.trial(StudyStore.trial_id(trial)))
 
     def _exhausted(self) -> bool:
-        return self._grid is not None and len(self._seen) >= self._grid.size
+        return self._view.stopped or (self._grid is not None and len(self._seen) >= self._grid.size)
 
     def _propose(self, study, trial):
         tries = 0
         while tries < _TRIES:
-            params = self._sample(study, trial)
+            params = self._sample(trial)
             if self._is_new(params):
                 return params
             if _key(params) in self._replay:
@@ -82,22 +115,36 @@ class SamplerSearcher(Searcher):
                 tries = 0
                 continue
             tries += 1
-        return self._unseen_grid_point() or params
+        return (self._fills_in and self._unseen_grid_point()) or params
 
-    def _sample(self, study, trial) -> dict[str, Any]:
-        study = paused_view(study)  # suspended trials teach the sampler their curves so far
+    def _sample(self, trial: optuna.trial.FrozenTrial | None) -> dict[str, Any]:
         # The inner sampler sees the stored trials, running ones included
-        # (constant liar for TPE), and samples jointly where it can: all
-        # parameters of a plain space, what the trials so far share of a conditional one.
+        # (constant liar for TPE), suspended ones by their curves so far, and
+        # samples jointly where it can: all parameters of a plain space, what
+        # the trials so far share of a conditional one.
+        study = self._view
+        if trial is not None:  # as stored now: before_trial may have written on it
+            trial = self._view.trial(StudyStore.trial_id(trial))
         space = (self._inner.infer_relative_search_space(study, trial) if self._conditional
                  else self.distributions)
         joint = self._inner.sample_relative(study, trial, space)
         params: dict[str, Any] = {}
         for name in self._order:
             if is_active(self.params[name], params):
-                params[name] = (joint[name] if name in joint else
-                                self._inner.sample_independent(study, trial, name, self.distributions[name]))
+                params[name] = (joint[name] if name in joint else self._inner.sample_independent(
+                    study, self._so_far(trial, params), name, self.distributions[name]))
         return params
+
+    def _so_far(self, trial: optuna.trial.FrozenTrial | None,
+                params: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+        """``trial`` with the values drawn for it so far, as Optuna's trial holds
+        them when its next parameter is suggested (BruteForceSampler reads them)."""
+        if trial is None or not params:
+            return trial
+        seen = copy.copy(trial)
+        seen.params = {**trial.params, **params}
+        seen.distributions = {**trial.distributions, **{k: self.distributions[k] for k in params}}
+        return seen
 
     def _unseen_grid_point(self) -> dict[str, Any] | None:
         if self._grid is None:
@@ -108,6 +155,15 @@ class SamplerSearcher(Searcher):
             if self._is_new(self._grid[index]):
                 return self._grid[index]
         return None
+
+
+def _plain_random(sampler: optuna.samplers.BaseSampler) -> bool:
+    """Whether ``sampler`` is Optuna's RandomSampler with its ``before_trial``
+    doing nothing: it needs no trial to sample, so configurations can be
+    chosen before their trials are created, many in one write."""
+    base = optuna.samplers.BaseSampler
+    return (isinstance(sampler, optuna.samplers.RandomSampler)
+            and type(sampler).before_trial is base.before_trial)
 
 
 def random_sampler(seed: int | None = None, max_trials: int = 0,
