@@ -4,7 +4,9 @@ A Dask scheduler and 3 worker processes run on 127.0.0.1, each started here
 as a separate ``dask scheduler`` / ``dask worker`` process (``--no-nanny``:
 a killed worker stays dead until this script starts a new one, as a node
 failure would leave it). A study of short ``hpo.examples.toy:curve`` trials
-(6 steps of 0.15 s, 3 in parallel) runs as a master subprocess,
+(6 steps of 0.15 s, 3 in parallel; ``bench/_acked.py`` runs the curve and
+writes down each report ``trial.report`` returned for) runs as a master
+subprocess,
 ``python -m hpo run SPACE --engine dask --scheduler FILE --runs-dir DIR --quiet``.
 At seeded random moments, while trials are in flight:
 
@@ -21,12 +23,18 @@ At seeded random moments, while trials are in flight:
    (fresh heartbeat), resumes the silent one as itself from its checkpoint
    (``resumed`` event, attempt 2), and starts the trials the dead master had
    queued but no worker started, as they are.
-4. between those, the master hangs: it is stopped (SIGSTOP, a frozen
-   node) until its lease goes stale, the same command is run again (what a
-   user does when a study looks hung), and once the new master holds the
-   study the first is let go on (SIGCONT): it must find its lease taken and
-   exit 75 without writing anything more, and the new master must not wait
-   on the trials the first was running;
+4. the master hangs: it is stopped (SIGSTOP, a frozen node) with trials in
+   flight until its lease goes stale, and the same command is run again
+   (what a user does when a study looks hung). The first is let go on
+   (SIGCONT) either early, once the new master holds the study (at a
+   moment drawn among step 1's, before step 2), or late, once the new
+   master has ended the study (exit 0, its lease removed; this step then
+   comes last, at step 6's moment, and step 6 takes this step's). Either
+   way it must find another master took the study and exit 75 without
+   writing anything more (late: the journal, its epoch file and the lease
+   are checked unchanged), and the new master must not wait on the trials
+   the first was running. By default the grid study's master wakes early
+   and the random study's late (``--wake`` picks one for all);
 5. from the start, a second master runs the same command at the same
    moment: one of the two is refused (exit 2, the study's lease is held);
 6. later, the Dask scheduler is killed (SIGKILL) with trials in flight: the
@@ -41,13 +49,18 @@ loss); ``--kill-in-lock`` allows it.
 
 The same space and seed then run undisturbed on the same cluster. The check:
 every configuration of the budget COMPLETE exactly once, nothing left
-RUNNING or PENDING, and config -> value equal to the undisturbed run's. Done
-for grid search and for seeded random search over continuous ranges.
+RUNNING or PENDING, config -> value equal to the undisturbed run's, and
+every report acknowledged to a trial (``trial.report`` returned) among the
+stored trial's intermediate values (a later attempt's report of the same
+step counts). Done for grid search and for seeded random search over
+continuous ranges.
 
 Run: ``python bench/chaos.py [--trials 30] [--algorithm grid|random|both]
-[--seed S] [--kills 2]``. A live status line goes to stderr, a summary table
-to stdout; the exit status is 1 when anything was lost or differs. The last
-line is ``lost=<configurations missing> duplicated=<configurations run twice>`` (all algorithms).
+[--seed S] [--kills 2] [--wake early|late]``. A live status line goes to
+stderr, a summary table to stdout; the exit status is 1 when anything was
+lost or differs. The last line is ``lost=<configurations missing>
+duplicated=<configurations run twice> acknowledged_missing=<acknowledged
+reports not in the store>`` (all algorithms).
 """
 
 from __future__ import annotations
@@ -70,18 +83,22 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import optuna  # noqa: E402
 
 import hpo  # noqa: E402
 from hpo.store import JOURNAL_FILE, RunDir  # noqa: E402
+from hpo.store._epoch import EPOCH_SUFFIX  # noqa: E402
 from hpo.trial import TrialStatus  # noqa: E402
 from hpo.store.records import run_of  # noqa: E402
+from _acked import ACKS_FILE  # noqa: E402
 
 WORKERS = 3
 STEPS, STEP_S = 6, 0.15
 HEARTBEAT_S = 0.5
 MASTER_TIMEOUT_S = 300
+WAKE = {"grid": "early", "random": "late"}  # when the hung master is let go on, by default
 
 
 # --------------------------------------------------------------- the cluster
@@ -185,9 +202,10 @@ class Cluster:
 # ------------------------------------------------------------------ spaces
 
 
-def space(algorithm: str, trials: int, seed: int) -> dict[str, Any]:
+def space(algorithm: str, trials: int, seed: int, acks_dir: Path | None = None) -> dict[str, Any]:
     """``trials`` short curve trials: a grid of trials points, or random search
-    over continuous ranges (no two configurations alike)."""
+    over continuous ranges (no two configurations alike). The trials list the
+    reports the store acknowledged in ``acks_dir``, if given."""
     if algorithm == "grid":
         rates = [0.3, 0.6, 0.9]
         per = math.ceil(trials / len(rates))
@@ -196,11 +214,14 @@ def space(algorithm: str, trials: int, seed: int) -> dict[str, Any]:
     else:
         params = {"quality": {"type": "float", "low": 0.5, "high": 1.0},
                   "rate": {"type": "float", "low": 0.2, "high": 1.0, "log": True}}
+    fixed: dict[str, Any] = {"steps": STEPS, "step_s": STEP_S}
+    if acks_dir is not None:
+        fixed["acks_dir"] = str(acks_dir)
     return {
-        "name": f"chaos-{algorithm}", "objective": "hpo.examples.toy:curve",
+        "name": f"chaos-{algorithm}", "objective": "_acked:curve",
         "metric": {"name": "value", "direction": "maximize"},
         "search": {"algorithm": algorithm, "max_trials": trials, "parallel": WORKERS, "seed": seed},
-        "fixed": {"steps": STEPS, "step_s": STEP_S},
+        "fixed": fixed,
         "space": params,
     }
 
@@ -222,6 +243,37 @@ def _key(params: dict[str, Any]) -> str:
 
 def _journal_locked(run_dir: Path) -> bool:
     return os.path.lexists(run_dir / (JOURNAL_FILE + ".lock"))
+
+
+def store_state(run_dir: Path) -> tuple:
+    """What a master writes to take or run the study: the journal (append
+    only: its size and time), its epoch file and the lease."""
+    def seen(path: Path) -> tuple | None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    journal = run_dir / JOURNAL_FILE
+    return (seen(journal), seen(Path(f"{journal}{EPOCH_SUFFIX}")), seen(run_dir / "master.lease"))
+
+
+def acknowledged_missing(acks_dir: Path, run_dir: Path) -> tuple[int, list[str]]:
+    """The reports the trials were told were stored (``trial.report``
+    returned), and those of them the store does not hold: no intermediate
+    value at that step of that trial (any attempt's)."""
+    stored = {t.number: t.intermediate_values for t in trials_of(run_dir)}
+    try:
+        lines = (acks_dir / ACKS_FILE).read_text().splitlines()
+    except FileNotFoundError:
+        return 0, []
+    missing = []
+    for line in lines:
+        number, step, value = line.split()
+        if int(step) not in stored.get(int(number), {}):
+            missing.append(f"trial {number} step {step} ({value})")
+    return len(lines), missing
 
 
 # -------------------------------------------------------------- the run
@@ -250,6 +302,10 @@ class Outcome:
     twin_exit: int | None = None  # the refused one of two masters started at once (2)
     scheduler_exit: int | None = None  # the master's, after its scheduler was killed (75)
     hung_exit: int | None = None  # the hung master's, let go on after another took over (75)
+    wake: str = ""  # when the hung master was let go on: "early" (the other running) or "late" (it ended)
+    hung_wrote: bool | None = None  # whether the store changed once the late-woken master went on
+    acknowledged: int = 0  # reports trial.report returned for
+    acknowledged_missing: list[str] = field(default_factory=list)  # of those, the ones not stored
     master_pids: list[int] = field(default_factory=list)
     run_dir: Path | None = None
     retried_numbers: list[int] = field(default_factory=list)
@@ -263,7 +319,8 @@ class Outcome:
     def ok(self) -> bool:
         return (self.lost == 0 and not self.unfinished and not self.other_states
                 and self.equal is not False and self.twin_exit in (None, 2)
-                and self.scheduler_exit in (None, 75) and self.hung_exit in (None, 75))
+                and self.scheduler_exit in (None, 75) and self.hung_exit in (None, 75)
+                and self.hung_wrote is not True and not self.acknowledged_missing)
 
 
 def examine(run_dir: Path, algorithm: str) -> Outcome:
@@ -372,22 +429,28 @@ class Study:
     def master_alive(self) -> bool:
         return self.master is not None and self.master.poll() is None
 
-    def hang_master(self) -> int:
+    def hang_master(self, late: bool, allow_in_lock: bool) -> tuple[int, int | None, bool | None]:
         """Stop the master until its lease is stale, run the same command
-        again, let the first go on once the second holds the study; the
-        first's exit status (it must find it lost the study: 75)."""
+        again, let the first go on once the second holds the study or, when
+        ``late``, once the second has ended. The first's exit status (it
+        must find it lost the study: 75); when late, the second's exit
+        status and whether the store changed after the first went on."""
         first, lease = self.master, self.run_dir / "master.lease"
-        first.send_signal(signal.SIGSTOP)
+        second_exit = before = None
+        _kill_outside_append(lambda: first.send_signal(signal.SIGSTOP), self.run_dir, allow_in_lock)
         try:
             _wait(lambda: time.time() - lease.stat().st_mtime > 3 * HEARTBEAT_S + 0.5, 60,
                   "the stopped master's lease to go stale")
             self.master = second = self._spawn_master()
             _wait(lambda: _lease_pid(lease) == second.pid, 120, "the second master to hold the study",
                   self.master_alive)
+            if late:
+                second_exit = second.wait(timeout=MASTER_TIMEOUT_S)
+                before = store_state(self.run_dir)
         finally:
             first.send_signal(signal.SIGCONT)
         first.wait(timeout=MASTER_TIMEOUT_S)
-        return first.returncode
+        return first.returncode, second_exit, (store_state(self.run_dir) != before if late else None)
 
     def kill_master(self) -> None:
         self.master.send_signal(signal.SIGKILL)
@@ -443,14 +506,20 @@ def _created_since(run_dir: Path, since: float) -> bool:
     return any(t.datetime_start and t.datetime_start.timestamp() >= since for t in trials_of(run_dir))
 
 
-def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None:
-    """A worker mid-trial: its PID is in the run record of a RUNNING trial that
-    has reported at least one step and has at least 3 to go."""
+def _busy_workers(study: Study, allow_in_lock: bool, reported: int = 1, left: int = 3) -> list[int]:
+    """The workers mid-trial: their PIDs are in the run record of a RUNNING
+    trial that has reported at least ``reported`` steps and has at least
+    ``left`` to go."""
     if not allow_in_lock and _journal_locked(study.run_dir):
-        return None
-    pids = sorted({run_of(t).get("pid")
-                   for t in running_trials(study.run_dir, min_steps=1)
-                   if len(t.intermediate_values) <= STEPS - 3} & set(study.cluster.workers))
+        return []
+    return sorted({run_of(t).get("pid")
+                   for t in running_trials(study.run_dir, min_steps=reported)
+                   if len(t.intermediate_values) <= STEPS - left} & set(study.cluster.workers))
+
+
+def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None:
+    """A worker mid-trial, at least 3 steps to go."""
+    pids = _busy_workers(study, allow_in_lock)
     return rng.choice(pids) if pids else None
 
 
@@ -467,8 +536,10 @@ def _kill_outside_append(kill, run_dir: Path, allow_in_lock: bool) -> str:
 
 
 def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[str, str],
-              rng: random.Random, kills: int, status: Status, allow_in_lock: bool = False) -> Outcome:
-    """Run the study while killing ``kills`` workers and the master once; restart them."""
+              rng: random.Random, kills: int, status: Status, allow_in_lock: bool = False,
+              wake: str = "early") -> Outcome:
+    """Run the study while killing ``kills`` workers and the master once, and
+    hanging the master once (let go on ``wake``: early or late); restart them."""
     trials = spec["search"]["max_trials"]
     study = Study(cluster, spec, runs_dir, env, f"{spec['search']['algorithm']} chaos", status)
     # Seeded moments: numbers of completed trials after which a kill is due,
@@ -477,20 +548,28 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     master_at = rng.randint(max(1, trials * 2 // 5) + 1, max(2, trials * 7 // 10))
     scheduler_at = rng.randint(master_at + 1, max(master_at + 1, trials * 17 // 20))
     hung_at = rng.randint(max(1, trials // 10), max(1, trials * 2 // 5))  # drawn last: same moments as before
-    plan = sorted([("worker", n) for n in early] + [("hung", hung_at)], key=lambda step: step[1]) \
-        + [("master", master_at), ("scheduler", scheduler_at)]
+    if wake == "early":
+        plan = sorted([("worker", n) for n in early] + [("hung", hung_at)], key=lambda step: step[1]) \
+            + [("master", master_at), ("scheduler", scheduler_at)]
+    else:
+        # The second master ends the study, so the hang comes last, and the
+        # scheduler is killed at the hang's early moment instead.
+        plan = sorted([("worker", n) for n in early] + [("scheduler", hung_at)], key=lambda step: step[1]) \
+            + [("master", master_at), ("late", scheduler_at)]
     killed: list[str] = []
     worker_kills: list[tuple[int, bool]] = []
     done = 0
     started = time.monotonic()
     twin_exit = study.start_twin_masters()
     killed.append(f"a second master at once (exit {twin_exit})")
-    scheduler_exit = hung_exit = None
+    scheduler_exit = hung_exit = hung_wrote = None
     try:
         for what, after in plan:
             _wait(lambda: _progress(study, started, after), MASTER_TIMEOUT_S,
                   f"{after} completed trials", study.master_alive)
-            time.sleep(rng.uniform(0, STEPS * STEP_S / 2))
+            pause = rng.uniform(0, STEPS * STEP_S / 2)
+            if what != "late":  # the late hang needs trials left for the second master
+                time.sleep(pause)
             if what == "worker":
                 pid = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "a worker mid-trial",
                             study.master_alive)
@@ -500,9 +579,19 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
                 killed.append(f"worker {pid} (SIGKILL, master up{held}) -> new worker {new}")
             elif what == "hung":
                 pid = study.master.pid
-                hung_exit = study.hang_master()
+                hung_exit, _, _ = study.hang_master(False, allow_in_lock)
                 killed.append(f"master {pid} hung (SIGSTOP) while a second took over, then let go "
                               f"on (exit {hung_exit})")
+            elif what == "late":
+                # The master at work: it holds the study and a worker runs one of its trials.
+                _wait(lambda: _lease_pid(study.run_dir / "master.lease") == study.master.pid
+                      and _busy_workers(study, allow_in_lock, reported=0, left=1), 120,
+                      "a trial in flight", study.master_alive)
+                pid = study.master.pid
+                hung_exit, second_exit, hung_wrote = study.hang_master(True, allow_in_lock)
+                killed.append(f"master {pid} hung (SIGSTOP) while a second ran the study to its end "
+                              f"(exit {second_exit}), then let go on (exit {hung_exit}, "
+                              f"{'wrote to the store' if hung_wrote else 'wrote nothing'})")
             elif what == "scheduler":
                 # The master must be at work on the scheduler (it created a trial), not still connecting.
                 _wait(lambda: _created_since(study.run_dir, study.master_started), 120,
@@ -539,6 +628,10 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
     out.wall_s, out.kills, out.worker_kills = time.monotonic() - started, killed, worker_kills
     out.master_runs, out.master_pids, out.run_dir = study.runs, study.pids, study.run_dir
     out.twin_exit, out.scheduler_exit, out.hung_exit = twin_exit, scheduler_exit, hung_exit
+    out.wake, out.hung_wrote = wake, hung_wrote
+    if "acks_dir" in spec["fixed"]:
+        out.acknowledged, out.acknowledged_missing = acknowledged_missing(
+            Path(spec["fixed"]["acks_dir"]), study.run_dir)
     return out
 
 
@@ -580,13 +673,18 @@ def _wait(condition, timeout: float, what: str, alive=None):
 
 
 def chaos_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    """The masters' and workers' environment: they import hpo from here and
+    the objective from bench/."""
+    path = os.pathsep.join([str(ROOT), str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path,
             "HPO_HEARTBEAT_S": str(HEARTBEAT_S), "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def run_all(workdir: Path, algorithms: list[str], trials: int, seed: int, kills: int,
-            status: Status, allow_in_lock: bool = False, cluster: Cluster | None = None) -> list[Outcome]:
-    """The chaos run and the undisturbed run of each algorithm, on one cluster."""
+            status: Status, allow_in_lock: bool = False, cluster: Cluster | None = None,
+            wake: str | None = None) -> list[Outcome]:
+    """The chaos run and the undisturbed run of each algorithm, on one cluster;
+    the hung master wakes ``wake`` (default: by algorithm, ``WAKE``)."""
     env = chaos_env()
     own = cluster is None
     cluster = cluster or Cluster(workdir, env).start()
@@ -594,12 +692,13 @@ def run_all(workdir: Path, algorithms: list[str], trials: int, seed: int, kills:
     outcomes = []
     try:
         for algorithm in algorithms:
-            spec = space(algorithm, trials, seed)
             chaos_dir, ref_dir = workdir / f"{algorithm}-chaos", workdir / f"{algorithm}-undisturbed"
-            chaos_dir.mkdir()
-            ref_dir.mkdir()
-            chaos = chaos_run(cluster, spec, chaos_dir, env, rng, kills, status, allow_in_lock)
-            reference = undisturbed_run(cluster, spec, ref_dir, env, status)
+            acks_dir = workdir / f"{algorithm}-acknowledged"
+            for folder in (chaos_dir, ref_dir, acks_dir):
+                folder.mkdir()
+            chaos = chaos_run(cluster, space(algorithm, trials, seed, acks_dir), chaos_dir, env, rng,
+                              kills, status, allow_in_lock, wake or WAKE[algorithm])
+            reference = undisturbed_run(cluster, space(algorithm, trials, seed), ref_dir, env, status)
             compare(chaos, reference)
             if reference.lost or len(reference.results) != trials:
                 chaos.equal = False  # the reference itself is wrong
@@ -612,13 +711,22 @@ def run_all(workdir: Path, algorithms: list[str], trials: int, seed: int, kills:
 
 def table(outcomes: list[Outcome]) -> str:
     head = ("algorithm", "completed", "retried", "resumed", "cancelled+rerun", "lost", "duplicated",
-            "twin exit", "hung master exit", "exit after scheduler kill", "equal", "wall_s")
+            "acknowledged", "ack missing", "twin exit", "hung master exit", "woke",
+            "exit after scheduler kill", "equal", "wall_s")
     rows = [head] + [(o.algorithm, str(o.completed), str(o.retried), str(o.resumed),
                       str(o.cancelled_rerun), str(len(o.missing)), str(len(o.duplicated)),
-                      str(o.twin_exit), str(o.hung_exit), str(o.scheduler_exit), "yes" if o.equal else "no",
+                      str(o.acknowledged), str(len(o.acknowledged_missing)), str(o.twin_exit),
+                      str(o.hung_exit), _woke(o), str(o.scheduler_exit), "yes" if o.equal else "no",
                       f"{o.wall_s:.1f}") for o in outcomes]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _woke(o: Outcome) -> str:
+    """When the hung master went on; when late, whether the store stayed as the second left it."""
+    if o.wake != "late":
+        return o.wake
+    return "late, wrote" if o.hung_wrote else "late, wrote nothing"
 
 
 def main() -> int:
@@ -629,6 +737,9 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=2, help="worker kills per study (2)")
     parser.add_argument("--kill-in-lock", action="store_true",
                         help="allow killing a process inside a journal append (a 30 s stall)")
+    parser.add_argument("--wake", choices=("early", "late"),
+                        help="let the hung master go on while the second master runs (early) or "
+                             "after it ended (late); default: early for grid, late for random")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the run directories and logs")
     args = parser.parse_args()
     if args.trials < 10 or args.kills < 0:
@@ -638,16 +749,18 @@ def main() -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     print(f"chaos: {args.trials} trials of {STEPS} x {STEP_S} s, {WORKERS} dask workers, "
-          f"{args.kills} worker kills, 1 hung master and 1 master kill per study, seed {seed}", file=sys.stderr)
+          f"{args.kills} worker kills, 1 hung master (woken {args.wake or 'early for grid, late for random'}) "
+          f"and 1 master kill per study, seed {seed}", file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="hpo-chaos-") as tmp:
         workdir = Path(args.keep) if args.keep else Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         outcomes = run_all(workdir, algorithms, args.trials, seed, args.kills, Status(True),
-                           args.kill_in_lock)
+                           args.kill_in_lock, wake=args.wake)
     for o in outcomes:
         print(f"{o.algorithm}: " + "; ".join(o.kills) + f"; master ran {o.master_runs} times")
-        for name, items in (("missing", o.missing), ("duplicated", o.duplicated)):
+        for name, items in (("missing", o.missing), ("duplicated", o.duplicated),
+                            ("acknowledged but not stored", o.acknowledged_missing)):
             if items:
                 print(f"  {name}: {', '.join(items)}")
         if o.unfinished or o.other_states:
@@ -657,7 +770,8 @@ def main() -> int:
     print()
     print(table(outcomes))
     print(f"lost={sum(len(o.missing) for o in outcomes)} "
-          f"duplicated={sum(len(o.duplicated) for o in outcomes)}")
+          f"duplicated={sum(len(o.duplicated) for o in outcomes)} "
+          f"acknowledged_missing={sum(len(o.acknowledged_missing) for o in outcomes)}")
     return 0 if all(o.ok for o in outcomes) else 1
 
 
