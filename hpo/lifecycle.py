@@ -30,9 +30,11 @@ from hpo.engines import Engine
 from hpo.errors import EngineLost, StoreUnavailable
 from hpo.store import MACHINE_FAULTS, StudyStore, process_alive, unwritable
 from hpo.store.records import (
-    UNFINISHED_STATES, TrialStatus, best_reported, last_sign_of_life, run_of, status_of, task_done,
+    UNFINISHED_STATES, TrialStatus, attr_of, best_reported, last_sign_of_life, run_of, status_of, task_done,
 )
-from hpo.trial import SILENT_HEARTBEATS, TrialTask, fell_silent, heartbeat_s, stop_grace_s
+from hpo.trial import (
+    SILENT_HEARTBEATS, TrialTask, ended_the_interpreter, fell_silent, heartbeat_s, note_awake, stop_grace_s,
+)
 
 __all__ = [
     "InFlight", "task_over", "await_live_trials", "fail_master_killers", "MASTER_DEATHS", "nothing_left",
@@ -88,29 +90,47 @@ def _gone_from_here(trial: optuna.trial.FrozenTrial) -> bool:
     return run.get("host") == socket.gethostname() and not process_alive(run.get("pid"))
 
 
-# The master may die inside a trial run in its own process this many times
-# before the trial is failed (an objective that ends the interpreter would
-# otherwise end every run of the study).
+# A trial whose objective ended the master's process (run inside it) this many
+# times is failed (it would otherwise end every run of the study).
 MASTER_DEATHS = 2
+# The attempts of a trial whose objective ended the master, as the next master read them.
+_ENDED_MASTER = "hpo:ended_master"
 
 
 def fail_master_killers(store: StudyStore) -> None:
     """Trials the master died inside (``--engine inline``): failed, with the
-    reason, once it happened ``MASTER_DEATHS`` times; else said, and resumed."""
+    reason, once their objective ended the interpreter ``MASTER_DEATHS``
+    times (its log says so); else said, and resumed. A master killed from
+    outside (out of memory, a preemption) is not the trial's doing: the
+    trial only runs again."""
     for trial in store.trials(*UNFINISHED_STATES):
         run = run_of(trial)
         if status_of(trial) is not TrialStatus.RUNNING or not run.get("in_master"):
             continue
-        deaths = 1 + sum(1 for a in run.get("previous", [])
-                         if a.get("in_master") and (a.get("error") or {}).get("type") == "Lost")
+        how = ended_the_interpreter(run)
+        deaths = len(_ended_master(store, trial, run.get("attempt") if how else None))
         if deaths >= MASTER_DEATHS:
             store.fail(store.trial_id(trial), {"type": "EndedTheMaster", "message": (
                 f"the master's process ended while this trial ran inside it, {deaths} times "
-                "(--engine inline); its objective ends the interpreter (os._exit, a crash in "
-                "native code?). Run it with --engine dask, whose workers a trial cannot take down")})
-        else:  # a warning, quiet or not
+                f"(--engine inline), by its objective's own hand (last: {how}); its objective ends "
+                "the interpreter (os._exit, a crash in native code?). Run it with --engine dask, "
+                "whose workers a trial cannot take down")})
+        elif how:  # a warning, quiet or not
             print(f"hpo: trial {trial.number} was running inside the master when it ended "
-                  "(--engine inline); running it again: a second time fails it", file=sys.stderr)
+                  f"(--engine inline; {how}); running it again: a second time fails it", file=sys.stderr)
+        else:
+            print(f"hpo: trial {trial.number} was running inside the master when it ended, not by "
+                  "the trial's doing (a signal, out of memory?); running it again", file=sys.stderr)
+
+
+def _ended_master(store: StudyStore, trial: optuna.trial.FrozenTrial, attempt: int | None) -> list[int]:
+    """The attempts of ``trial`` whose objective ended the master, ``attempt``
+    (None: no new one) counted once, however many masters read it."""
+    ended = list(attr_of(trial, _ENDED_MASTER) or [])
+    if attempt is not None and attempt not in ended:
+        ended.append(attempt)
+        store.write(store.trial_id(trial), _ENDED_MASTER, ended)
+    return ended
 
 
 def nothing_left(store: StudyStore, max_trials: int) -> str | None:
@@ -163,7 +183,9 @@ def fallen_silent(store: StudyStore, flights: Flights, looked: list[float]) -> l
     holds their task (a worker hung, stopped, or cut off, yet still
     connected): to be given up (``Engine.abandon``) and resumed elsewhere at
     once; the attempt, should it come back, is fenced off. Looked at once a
-    heartbeat."""
+    heartbeat, with silence counted from when the master woke if it slept
+    (:func:`hpo.trial.note_awake`)."""
+    note_awake()
     now = time.monotonic()
     if now - looked[0] < heartbeat_s():
         return []

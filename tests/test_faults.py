@@ -1,7 +1,8 @@
 """The faults users meet on real clusters, with real signals, file systems and
 sockets: a hung master and a second one, a full or read-only file system, a
 journal deleted under a study, processes a trial leaves behind, an objective
-that ends the master, a worker that hangs yet stays connected, a hostile port."""
+that ends the master and a master killed from outside, a worker that hangs
+yet stays connected (running a trial, or handed one), a hostile port."""
 
 from __future__ import annotations
 
@@ -246,20 +247,58 @@ def _alive(pid: int) -> bool:
 # ------------------------------------------- an objective that ends the master
 
 
-def test_a_trial_that_ended_the_master_twice_is_failed_and_the_study_goes_on(tmp_path):
-    space = {"name": "exits", "objective": "exits:train", "metric": {"name": "value"},
+@pytest.mark.parametrize("objective, status, how", [
+    ("exits:train", 3, "os._exit(3)"),
+    ("crashes:train", -signal.SIGSEGV, "Segmentation fault"),
+], ids=["os._exit", "native-crash"])
+def test_a_trial_that_ended_the_master_twice_is_failed_and_the_study_goes_on(tmp_path, objective,
+                                                                            status, how):
+    space = {"name": "exits", "objective": objective, "metric": {"name": "value"},
              "search": {"algorithm": "grid", "parallel": 1}, "space": {"x": [1, 2, 3]}}
     cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "inline")
     env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT), str(SPACES)])}
     first, second, third = (subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
                             for _ in range(3))
-    assert first.returncode == second.returncode == 3  # the objective's os._exit(3)
-    assert "running inside the master when it ended" in second.stderr
+    assert first.returncode == second.returncode == status  # the objective's own end
+    assert "running inside the master when it ended" in second.stderr and how in second.stderr
     assert third.returncode == 0, third.stderr
     by_x = {t.params["x"]: t for t in trials(tmp_path / "runs" / "exits")}
     assert by_x[1].state is by_x[3].state is TrialStatus.COMPLETE
     assert by_x[2].state is TrialStatus.FAILED and "ended while this trial ran inside it, 2 times" in by_x[2].error
     assert "--engine dask" in by_x[2].error
+
+
+def test_a_master_killed_from_outside_twice_in_one_trial_does_not_fail_it(tmp_path):
+    """SIGKILL (an out-of-memory kill, a preemption) is not the objective's
+    doing: a healthy trial the inline master was killed in twice completes
+    when the same command runs a third time."""
+    space = toy_space("killed", "hpo.examples.toy:curve", fixed={"steps": 40, "step_s": 0.25},
+                      search={"parallel": 1}, space={"quality": [1.0]})
+    run_dir = tmp_path / "runs" / "killed"
+    cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "inline")
+    for attempt in (1, 2):
+        study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: _reported_in_attempt(run_dir, attempt), what=f"attempt {attempt} to report")
+            study.kill()
+            study.wait()
+        finally:
+            end(study)
+    third = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=180)
+    assert third.returncode == 0, third.stderr
+    assert "not by the trial's doing" in third.stderr
+    (trial,) = trials(run_dir)
+    assert trial.state is TrialStatus.COMPLETE and trial.attempt == 3, (trial.state, trial.error)
+
+
+def _reported_in_attempt(run_dir: Path, attempt: int) -> bool:
+    """Whether the study's one trial runs its ``attempt`` and reported ``2 * attempt`` steps."""
+    try:
+        (trial,) = hpo.store.RunDir(run_dir).load_study().trials
+    except (hpo.UsageError, ValueError, KeyError, OSError):
+        return False
+    run = trial.system_attrs.get("hpo:run") or {}
+    return run.get("attempt") == attempt and len(trial.intermediate_values) >= 2 * attempt
 
 
 # ------------------------------------------ a worker hung, still connected
@@ -312,6 +351,35 @@ def test_a_study_whose_last_worker_hung_says_it_waits_for_workers(tmp_path):
                  what="the study to say it has no worker left, and the fix")
     text = "".join(said)
     assert "no Dask worker is left in the cluster" in text and "Traceback" not in text
+
+
+def test_a_task_handed_to_a_hung_worker_runs_on_another(tmp_path):
+    """One of two workers is stopped before the study starts: Dask still
+    counts on it and hands it tasks, which never start. hpo takes it out,
+    and the study completes on the other worker while it is still stopped."""
+    from distributed import Client, LocalCluster
+
+    space = toy_space("handed", "hpo.examples.toy:curve", fixed={"steps": 3, "step_s": 0.1},
+                      space={"quality": QUALITIES[:4]})
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
+        with Client(cluster) as client:
+            address, pid = sorted(client.run(os.getpid).items())[0]
+        cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
+                      "--scheduler", cluster.scheduler_address)
+        os.kill(pid, signal.SIGSTOP)  # a worker of this test's own cluster
+        try:
+            study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     text=True)
+            try:
+                _, said = study.communicate(timeout=120)
+            finally:
+                end(study)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    assert study.returncode == 0, said
+    assert f"Dask worker {address} stopped answering" in said and "Traceback" not in said, said
+    assert_each_once(tmp_path / "runs" / "handed", "quality", QUALITIES[:4])
 
 
 def _reporting_pid(run_dir: Path) -> int | None:

@@ -14,6 +14,7 @@ import math
 import os
 import queue
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
 from hpo.store import TrialLink
-from hpo.trial import TrialTask, run_trial
+from hpo.trial import SILENT_HEARTBEATS, TrialTask, heartbeat_s, note_awake, run_trial, silence_s
 
 __all__ = ["DaskEngine"]
 
@@ -82,6 +83,8 @@ class DaskEngine(Engine):
         # Done-callbacks feed this queue: completion is learned without a
         # round trip to the scheduler.
         self._done: queue.Queue = queue.Queue()
+        self._looked = time.monotonic()  # when the workers holding tasks were last looked at
+        self._moved: set[str] = set()  # keys of tasks whose hung worker was taken out
         if scheduler is None:  # the embedded cluster runs on this machine
             big_cpus, big_gpus, nodes = self.largest
             if nodes > 1:
@@ -243,6 +246,7 @@ class DaskEngine(Engine):
         return future
 
     def wait(self, handles: Sequence, timeout: float) -> list:
+        self._take_out_hung_holders(handles)
         finished = []
         try:
             finished.append(self._done.get(timeout=timeout))
@@ -254,6 +258,7 @@ class DaskEngine(Engine):
         return [f for f in finished if f.key in wanted]
 
     def settle(self, handle) -> None:
+        self._moved.discard(handle.key)
         if handle.status == "cancelled" and self.client.status != "running":
             # Cancelled by the client itself: it lost the scheduler. The task
             # may still run on its worker, which writes its result to the store.
@@ -267,35 +272,93 @@ class DaskEngine(Engine):
             self._release_nodes(handle.key)
 
     def cancel(self, handle) -> None:
+        self._moved.discard(handle.key)
         handle.cancel()
         self._release_nodes(handle.key)
 
     def abandon(self, handle) -> None:
         """The worker running the task is taken out of the cluster: Dask
         would keep counting on a hung worker that keeps its connection until
-        its own timeout (minutes), and send it the trial again."""
+        its own timeout (minutes), and send it the trial again. A task whose
+        worker was taken out already (:meth:`_take_out_hung_holders`) is
+        only cancelled: the worker Dask gave it to since is not the silent one."""
         def hung_worker(dask_scheduler, key: str = handle.key) -> str | None:
             task = dask_scheduler.tasks.get(key)
             worker = task.processing_on if task is not None else None
             return worker.address if worker is not None else None
 
-        async def remove(dask_scheduler, address: str) -> None:
-            await dask_scheduler.remove_worker(address=address, stimulus_id="hpo-trial-fell-silent",
-                                               close=False)
-
         try:
-            address = self.client.run_on_scheduler(hung_worker)
+            address = None if handle.key in self._moved else self.client.run_on_scheduler(hung_worker)
             if address is not None:
-                print(f"hpo: Dask worker {address} stopped answering for its trial; it is taken out "
-                      "of the cluster, and the trial runs again elsewhere", file=sys.stderr, flush=True)
-                self.client.run_on_scheduler(remove, address=address)
-                if not self.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers)):
-                    print("hpo: no Dask worker is left in the cluster; the study waits for one to join.\n"
-                          "  fix: start workers (dask worker --scheduler-file FILE), or stop the study "
-                          "(Ctrl-C) and run the same command again on a working cluster",
-                          file=sys.stderr, flush=True)
+                self._take_out(address, "stopped answering for its trial; it is taken out of the "
+                                        "cluster, and the trial runs again elsewhere")
         finally:
             self.cancel(handle)
+
+    def _take_out_hung_holders(self, handles: Sequence) -> None:
+        """Take out of the cluster a worker that holds one of ``handles`` it
+        never said it started, and that Dask has heard nothing from for a
+        silence window (stopped, swapping, cut off, yet connected): Dask
+        then gives its tasks to other workers. The task's trial, not
+        started, has no heartbeat to fall silent, and Dask would wait for
+        its worker-ttl (minutes). Silence counts from when this process
+        woke, if it slept (an embedded scheduler slept with it). Looked at
+        once a heartbeat."""
+        awake_for = time.time() - note_awake()
+        now = time.monotonic()
+        if not handles or now - self._looked < heartbeat_s() or self.client.status != "running":
+            return
+        self._looked = now
+        try:
+            holders = self._unheard_holders([h.key for h in handles])
+        except Exception:  # the scheduler is gone or busy: settle() says so, or the next look
+            return
+        for address, (unheard_s, enough_s, keys) in holders.items():
+            if min(unheard_s, awake_for) >= max(silence_s(), enough_s):
+                self._moved.update(keys)
+                self._take_out(address, f"stopped answering for its trial (Dask heard nothing from it "
+                                        f"for {unheard_s:.0f} s); it is taken out of the cluster, and "
+                                        "its trials run elsewhere")
+
+    def _unheard_holders(self, keys: list[str]) -> dict[str, tuple[float, float, list[str]]]:
+        """The workers holding one of ``keys`` they did not say they started
+        (at their last heartbeat), by address: how long the scheduler has
+        heard nothing from each, the silence that ``SILENT_HEARTBEATS`` of
+        Dask's heartbeat period make (it grows with the cluster), and the
+        keys it holds."""
+        def on_scheduler(dask_scheduler, keys: list[str], beats: int) -> dict[str, tuple]:
+            from distributed.metrics import time as clock
+            from distributed.scheduler import heartbeat_interval
+
+            now, enough = clock(), beats * heartbeat_interval(len(dask_scheduler.workers))
+            held: dict[str, tuple] = {}
+            waiting = set()
+            for key in keys:
+                task = dask_scheduler.tasks.get(key)
+                worker = task.processing_on if task is not None else None
+                if worker is not None:
+                    held.setdefault(worker.address, (now - worker.last_seen, enough, []))[2].append(key)
+                    if task not in worker.executing:
+                        waiting.add(worker.address)
+            return {address: held[address] for address in waiting}
+
+        # A function of this method's own is sent by value: the scheduler need not have hpo.
+        return self.client.run_on_scheduler(on_scheduler, keys=keys, beats=SILENT_HEARTBEATS)
+
+    def _take_out(self, address: str, message: str) -> None:
+        """Remove a hung worker from the scheduler, its process left alone
+        (it is not ours to end, and cannot answer), saying ``message``."""
+        async def remove(dask_scheduler, address: str) -> None:
+            await dask_scheduler.remove_worker(address=address, stimulus_id="hpo-worker-fell-silent",
+                                               close=False)
+
+        print(f"hpo: Dask worker {address} {message}", file=sys.stderr, flush=True)
+        self.client.run_on_scheduler(remove, address=address)
+        if not self.client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers)):
+            print("hpo: no Dask worker is left in the cluster; the study waits for one to join.\n"
+                  "  fix: start workers (dask worker --scheduler-file FILE), or stop the study "
+                  "(Ctrl-C) and run the same command again on a working cluster",
+                  file=sys.stderr, flush=True)
 
     def run_on_every_worker(self, function, *args) -> dict:
         """``function(*args)`` on every worker connected now (``client.run``)."""

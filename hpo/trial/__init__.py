@@ -5,19 +5,24 @@
 - ``_attempt``: one run of the objective in this process, and what it means;
 - ``_isolated`` (and ``_child``): the objective in a process of its own;
 - ``_handle``: the :class:`Trial` the objective gets;
-- ``_pulse``: heartbeats; ``_local_stop``: stops asked by a signal;
+- ``_pulse``: heartbeats, and the master's time awake to hear them;
+  ``_local_stop``: stops asked by a signal; ``_ending``: an objective that
+  ends the master's process (the inline engine);
 - ``_cpus``, ``_log``, ``_objective``, ``_quantum``: cores, the trial's log,
   finding the objective, the time-shared trial's clock.
 """
 
 from hpo.store.records import TrialStatus
+from hpo.trial._ending import ended_the_interpreter
 from hpo.trial._handle import Trial
 from hpo.trial._local_stop import request_suspend, stop_grace_s, suspend_requested
 from hpo.trial._log import LOG_NAME, log_path
 from hpo.trial._objective import (
     Objective, objective_path, preflight, reference_of, resolve_objective,
 )
-from hpo.trial._pulse import SILENT_HEARTBEATS, fell_silent, heartbeat_s
+from hpo.trial._pulse import (
+    SILENT_HEARTBEATS, fell_silent, heartbeat_s, note_awake, silence_s,
+)
 from hpo.trial._run import open_trial, run_trial
 from hpo.trial._task import TrialOutcome, TrialTask
 
@@ -26,5 +31,6 @@ TrialState = TrialStatus
 
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
-           "fell_silent", "SILENT_HEARTBEATS", "request_suspend", "suspend_requested",
+           "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake",
+           "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path"]

@@ -12,15 +12,17 @@ import math
 import os
 import sys
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from hpo.data import StagedData, StagingError
 from hpo.store import Halted, TrialContext, TrialLink
 from hpo.store.records import TrialStatus
 from hpo.trial._cpus import CpuBinding, bind_cpus
+from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
 from hpo.trial._local_stop import tracked_children
 from hpo.trial._log import LOG_NAME, trial_log
@@ -113,7 +115,8 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
             # Imports TensorFlow, if it uses it; a module beside the space file too.
             objective = resolve_objective(task.objective, path=task.pythonpath)
             with bind_cpus(task.cpus) as binding, \
-                    reaping(spared=tracked_children(), own_process=not task.in_master):
+                    reaping(spared=tracked_children(), own_process=not task.in_master), \
+                    _told_if_it_ends_the_master(task, log):
                 result.binding = _binding_record(binding)
                 result.returned = objective(dict(task.config), trial)
         except runtime_interruptions() as exc:
@@ -141,6 +144,12 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
     result.halted = side.halted
     result.reports = trial.reports[len(earlier):]
     return result
+
+
+def _told_if_it_ends_the_master(task: TrialTask, log: TextIO) -> AbstractContextManager[None]:
+    """Inside the master's own process (the inline engine), an objective that
+    ends it leaves word in its log; a kill from outside leaves none."""
+    return guarding_the_master(log) if task.in_master and not task.isolate else nullcontext()
 
 
 def staging_record(fault: StagingError) -> dict[str, Any]:

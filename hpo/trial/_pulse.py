@@ -1,7 +1,13 @@
 """Heartbeats: a running attempt says it is alive every ``heartbeat_s()`` of
 its master (the period travels with its task: a worker's own environment may
 say otherwise), so that the master can tell a trial still running elsewhere
-from a lost one."""
+from a lost one.
+
+The master judges silence by the time it was awake to hear: a master that
+was itself stopped (SIGSTOP, Ctrl-Z then fg, swapping, a stalled file
+system) heard nothing while it slept, its relay and its embedded Dask
+scheduler included, and counts silence only from when it woke
+(:func:`note_awake`)."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import optuna
 from hpo.store import TrialLink
 from hpo.store.records import TrialStatus, last_sign_of_life, status_of
 
-__all__ = ["beating", "heartbeat_s", "fell_silent", "SILENT_HEARTBEATS"]
+__all__ = ["beating", "heartbeat_s", "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake"]
 
 # Heartbeats a started trial may miss before it counts as lost.
 SILENT_HEARTBEATS = 3
@@ -27,11 +33,50 @@ def heartbeat_s() -> float:
     return float(os.environ.get("HPO_HEARTBEAT_S", "10"))
 
 
+def silence_s() -> float:
+    """Seconds of silence after which a started trial counts as lost."""
+    return SILENT_HEARTBEATS * heartbeat_s()
+
+
 def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
-    """Whether a started trial missed ``SILENT_HEARTBEATS`` heartbeats (or was
-    given up): its worker or master is gone, and nothing will finish it."""
-    silent_for = time.time() - last_sign_of_life(trial)
-    return status_of(trial) is TrialStatus.RUNNING and silent_for >= SILENT_HEARTBEATS * heartbeat_s()
+    """Whether a started trial missed ``SILENT_HEARTBEATS`` heartbeats while
+    this process was awake to hear them (or was given up): its worker or
+    master is gone, and nothing will finish it."""
+    if status_of(trial) is not TrialStatus.RUNNING:
+        return False
+    seen = last_sign_of_life(trial)
+    if not seen:  # given up: nothing to wait for
+        return True
+    return time.time() - max(seen, _awake.since) >= silence_s()
+
+
+class _Awake:
+    """When this process last looked at its trials (monotonic), and since
+    when it has been awake (wall clock, 0.0: it never slept). One per
+    process: a stopped process stops every study it runs."""
+
+    def __init__(self) -> None:
+        self.looked: float | None = None
+        self.since = 0.0
+
+
+_awake = _Awake()
+
+
+# The master's loop looks at least twice a second (hpo.control waits half a
+# second at most): a gap this long, and longer than a heartbeat, is sleep.
+_ASLEEP_AFTER_S = 1.0
+
+
+def note_awake() -> float:
+    """The master looks at its trials now: a gap since its last look far
+    above what its loop waits means it slept, and silence counts from now.
+    Since when (wall clock) it has been awake."""
+    now = time.monotonic()
+    if _awake.looked is not None and now - _awake.looked > max(heartbeat_s(), _ASLEEP_AFTER_S):
+        _awake.since = time.time()
+    _awake.looked = now
+    return _awake.since
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from hpo.store import RunDir, TrialContext, context_of
 from hpo.store.records import TrialStatus
 from hpo.scheduling import QuantumRule
+from hpo.trial._ending import log_start
 from hpo.trial._objective import Objective, objective_path
 from hpo.trial._pulse import heartbeat_s as period_here
 
@@ -145,6 +146,8 @@ def where(task: TrialTask) -> dict[str, Any]:
              "gpus": assigned_gpus(task), "binded_cpus": os.environ.get("COMPSS_BINDED_CPUS")}
     if task.in_master:
         place["in_master"] = True
+        if not task.isolate:  # its objective runs in the master's own process
+            place["log_at"] = log_start(task.checkpoint_dir)
     if task.gpus or task.nodes > 1:  # its shape, as the dashboard shows it
         place.update(gpu_count=task.gpus, nodes=task.nodes, hosts=list(task.hosts) or None,
                      gpu_share=task.gpu_share, device_speed=task.device_speed)
