@@ -26,7 +26,7 @@ from hpo import lifecycle
 from hpo.allocation import Allocator, make_allocator
 from hpo.data import remove_copies
 from hpo.engines import Engine, ReachesEveryWorker
-from hpo.errors import EngineLost, StopRequested, StoreUnavailable
+from hpo.errors import EngineLost, StopRequested
 from hpo.fail_fast import FailFast
 from hpo.lifecycle import InFlight
 from hpo.progress import ProgressLine
@@ -86,6 +86,8 @@ class Controller:
         with StudyRelay(self.storage_url, spec.name, pruning=pruning, control=self.run_dir.control_file,
                         host=host, advertised=advertised, lease=self.lease) as relay:
             study = create_study(spec, relay.storage)
+            # Fencing: from now on a master of an earlier run writes nothing more.
+            relay.claim(relay.storage.get_study_id_from_name(spec.name))
             if hasattr(pruning, "attach"):  # an Optuna pruner object reads the replica
                 pruning.attach(study)
             self._writers_url = relay.writers_url
@@ -171,7 +173,7 @@ class Controller:
 
         while True:
             if self._relay.broken is not None:  # the store takes no more writes: stop here
-                raise _stopped(self._relay.broken)
+                raise self._relay.stopped()
             while not stopping and len(self._in_flight) + pending() < window:
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
@@ -382,12 +384,3 @@ class _Tally:
     def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:
         return self.counted, running, self.failed, self.best
 
-
-def _stopped(broken: BaseException) -> StoreUnavailable:
-    """Why the master stops when its relay does (a relay that failed for a
-    reason of its own is said so, not shown as a traceback)."""
-    if isinstance(broken, StoreUnavailable):
-        return broken
-    return StoreUnavailable(f"the study's relay stopped ({type(broken).__name__}: {broken}); nothing "
-                            "more is written.\n  fix: run the same command again: the trials cut "
-                            "short resume from their checkpoints (and report this as a bug)")

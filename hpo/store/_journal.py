@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,7 +28,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
 
-__all__ = ["JournalFile", "repair_journal", "write_durably", "encode_records"]
+__all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records"]
 
 # Optuna's op codes (JournalOperation) of the records that number studies and
 # trials: replay gives ids by the order of these records.
@@ -40,11 +40,48 @@ _FIELDS: dict[int, tuple[str, ...]] = {
     3: ("study_id", "system_attr"), 4: ("study_id", "datetime_start"),
     5: ("trial_id", "param_name", "param_value_internal", "distribution"),
     6: ("trial_id", "state", "values"), 7: ("trial_id", "step", "intermediate_value"),
-    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (), 11: (),
+    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (),
 }
 _OP_CODE = re.compile(rb'\{"op_code":(\d+),')
 _CHUNK = 8192
 _SEARCH_CHUNK = 8 << 20
+
+
+class LockLost(RuntimeError):
+    """The journal's lock was not this writer's any more when it let go: a
+    writer that found it held too long (Optuna's grace period, while this
+    one was stopped) broke it, and may hold a lock of its own now."""
+
+
+class JournalLock(JournalFileSymlinkLock):
+    """Optuna's symlink lock, released only while it is still the one this
+    writer took: Optuna's own release removes whatever lock is there, so a
+    writer that wakes after its lock was broken would remove the next
+    holder's, and two writers would append at once."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._mine: tuple[int, int] | None = None
+
+    def acquire(self) -> bool:
+        taken = super().acquire()
+        self._mine = _link_identity(self._lock_file)
+        return taken
+
+    def release(self) -> None:
+        mine, self._mine = self._mine, None
+        if mine is not None and _link_identity(self._lock_file) != mine:
+            raise LockLost(f"{self._lock_file}: the journal's lock was broken while this process "
+                           "held it (it was stopped for longer than the lock's grace period)")
+        super().release()
+
+
+def _link_identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_ino, info.st_ctime_ns
 
 
 class JournalFile(JournalFileBackend):
@@ -54,13 +91,14 @@ class JournalFile(JournalFileBackend):
 
     def __init__(self, path: str, create: bool = True) -> None:
         self._path = path
-        self._journal_lock = JournalFileSymlinkLock(path)
+        self._journal_lock = JournalLock(path)
         if not create and not os.path.exists(path):
             # A writer of a running study never begins a journal: one that
             # vanished must stay missing, for the next master to refuse.
             raise FileNotFoundError(errno.ENOENT, "the study's journal is missing", path)
         super().__init__(path, lock_obj=self._journal_lock)
         self._offsets = {0: 0}  # record number -> byte offset of its line
+        self.lock_lost = False  # whether another writer broke this one's lock
         self._read_to = 0  # the end of the last record read
 
     @property
@@ -109,10 +147,14 @@ class JournalFile(JournalFileBackend):
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self.append_direct(encode_records(logs))
 
-    def append_direct(self, data: bytes) -> None:
-        """Append whole records under the file lock and fsync before returning."""
+    def append_direct(self, data: bytes, allowed: Callable[[], bool] | None = None) -> bool:
+        """Append whole records under the file lock and fsync before returning;
+        nothing, and False, when ``allowed`` (asked under the lock) says no."""
         with self.locked() as f:
+            if allowed is not None and not allowed():
+                return False
             write_durably(f, data)
+        return True
 
     @contextmanager
     def locked(self) -> Iterator[BinaryIO]:
@@ -126,7 +168,12 @@ class JournalFile(JournalFileBackend):
                 _set_torn_tail_aside(f, self._path)
                 yield f
         finally:
-            self._journal_lock.release()
+            try:
+                self._journal_lock.release()
+            except LockLost:
+                # What was written is durable all the same; the relay reads
+                # what others appended before its next round (fencing).
+                self.lock_lost = True
 
 
 def encode_records(records: list[dict[str, Any]]) -> bytes:

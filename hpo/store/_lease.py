@@ -101,7 +101,9 @@ class MasterLease:
             if _identity(self.path) == self._mine:
                 return True
         except FileNotFoundError:
-            return True  # removed by hand: the renewer puts it back
+            # Removed by hand, or by a later master that ended: the store's
+            # epoch tells which (hpo.store._epoch); it is never put back.
+            return True
         held = _read(self.path) or {}
         if held.get("token") == self.token:
             return True  # touched by hand: the next renewal notes it
@@ -170,8 +172,10 @@ class MasterLease:
             try:
                 if not self._renew_once():
                     return
-            except FileNotFoundError:  # removed by hand: hold it again
-                self._create()
+            except FileNotFoundError:
+                # Never put back: a later master that ran the study and ended
+                # removes it, and a lease made again would refuse the next run.
+                return
             except OSError:  # a file-system hiccup: the next beat retries
                 pass
 

@@ -12,16 +12,17 @@ and makes the same writes itself: journal records appended under the file
 lock, as every writer did before the relay, or the same calls on a database
 storage; decisions then come from the study's control file
 (:mod:`hpo.store._control`). A request whose answer never came is made
-again that way: requests are idempotent. What this path cannot do is fence
-a stale attempt, or say whether an end won: the master reads that from the
-store.
+again that way: requests are idempotent. Writes made that way are fenced by
+the store's epoch (:mod:`hpo.store._epoch`): an attempt whose master's run
+is no longer the study's writes nothing more. What this path cannot do is
+fence a stale attempt of the same master's run, or say whether an end won:
+the master reads that from the store.
 """
 
 from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
 import socket
 import sys
@@ -29,12 +30,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hpo.store._control import FRESH_S, ControlFile
+from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
-from hpo.store._lease import LEASE_FILE
 from hpo.store._protocol import (
     HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, encode, read_frame, split_relay,
 )
@@ -230,9 +230,8 @@ class TrialLink:
         self.trial_id = trial_id
         self.token = token or uuid.uuid4().hex  # a new attempt's, unless it goes on in another process
         # The lease token of the master that made the task: a write around the
-        # relay checks it still holds the study (fencing).
+        # relay checks that the store's epoch is still that master's (fencing).
         self.master = master
-        self._lease = Path(control).with_name(LEASE_FILE) if control else None
         self.decision = Decision()
         self.direct = False  # whether the last request went around the relay
         self._control = ControlFile(control) if control else None
@@ -357,18 +356,18 @@ class TrialLink:
     def _write_here(self, writes: list[Write]) -> None:
         if not writes:
             return
-        if self.master is not None and self._lease is not None and not _holds(self._lease, self.master):
-            raise Halted("unavailable")  # another master took the study over: write nothing
         try:
             if self._sink is None:
                 self._sink = _DirectSink(self.url)
-            self._sink.write(writes)
+            written = self._sink.write(writes, self.master)
         except OSError as exc:
             # The store's fault, not the trial's (a full disk, a journal
             # deleted): the attempt stops, resumable.
             if exc.errno in (*MACHINE_FAULTS, errno.ENOENT):
                 raise Halted("unavailable") from exc
             raise
+        if not written:
+            raise Halted("unavailable")  # another master's run took the study: write nothing
 
 
 class _DirectSink:
@@ -388,26 +387,43 @@ class _DirectSink:
             self._storage = None
             self._journal = JournalFile(url, create=False)
 
-    def write(self, writes: list[Write]) -> None:
+    def write(self, writes: list[Write], master: str | None) -> bool:
+        """Make ``writes`` unless the store's epoch names another master than
+        ``master`` (checked under the journal's lock, where the relay names
+        its epoch too); False when refused."""
         if self._journal is not None:
             from hpo.store._journal import encode_records
 
-            self._journal.append_direct(encode_records(journal_records(writes, self._worker_id)))
-        else:
-            apply_writes(self._storage, writes)
+            data = encode_records(journal_records(writes, self._worker_id))
+            path = self._journal.path
+            return self._journal.append_direct(data, lambda: _current(journal_epoch(path), master))
+        if not _current_in_database(self._storage, master):
+            return False
+        apply_writes(self._storage, writes)
+        return True
 
 
 _NO_DECISION = Decision()
 
 
-def _holds(lease: Path, master: str) -> bool:
-    """Whether the master named ``master`` still holds the study's lease
-    (an unreadable or absent lease says nothing against it)."""
-    try:
-        held = json.loads(lease.read_text())
-    except (OSError, ValueError):
+def _current(epoch: dict[str, Any] | None, master: str | None) -> bool:
+    """Whether the store's ``epoch`` lets the attempts of ``master`` write
+    (a store no master's run took yet, or an attempt of no master, says
+    nothing against it)."""
+    return master is None or not isinstance(epoch, dict) or epoch.get("master") in (None, master)
+
+
+def _current_in_database(storage: Any, master: str | None) -> bool:
+    """A database may hold several studies, and a trial's process knows only
+    its trial: ``master`` must be the master of some study's current epoch,
+    when any study has one."""
+    if master is None:
         return True
-    return not isinstance(held, dict) or held.get("token") in (None, master)
+    epochs = [s.system_attrs.get(EPOCH_ATTR) for s in storage.get_all_studies()]
+    epochs = [e for e in epochs if isinstance(e, dict)]
+    return not epochs or any(e.get("master") == master for e in epochs)
+
+
 _told: set[str] = set()
 
 

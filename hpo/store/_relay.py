@@ -45,6 +45,10 @@ import optuna
 from optuna.storages.journal import BaseJournalBackend
 
 from hpo.store._control import ControlFile
+from hpo.store._epoch import (
+    EPOCH_ATTR, EPOCH_SUFFIX, epoch_of, epoch_record, in_journal_record, journal_epoch, taken_over,
+    write_epoch_file,
+)
 from hpo.store._files import process_alive, unwritable
 from hpo.store._journal import JournalFile, encode_records, write_durably
 from hpo.store._lease import MasterLease
@@ -113,18 +117,25 @@ class StudyRelay:
     ``pruning`` decides on each report (``hpo.pruning``); ``control`` is the
     control file's path; ``host`` the interface to listen on (127.0.0.1 when
     every worker runs on this machine, "" for all) and ``advertised`` the
-    name workers reach it by; ``epoch`` the master's lease epoch.
+    name workers reach it by; ``lease`` the master's lease, whose token
+    names this master in the epoch it takes (:meth:`claim`).
     ``HPO_RELAY=off`` keeps the relay from its workers: they append directly
     and read the control file, as when they cannot reach it.
     """
 
     def __init__(self, url: str, study_name: str, *, pruning: Pruning | None = None,
                  control: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 advertised: str | None = None, epoch: int = 0,
-                 lease: MasterLease | None = None) -> None:
-        self.url, self.epoch = url, epoch
+                 advertised: str | None = None, lease: MasterLease | None = None) -> None:
+        self.url = url
         self.pruning = pruning
         self._lease = lease
+        # Fencing (hpo.store._epoch): the epoch this master's run took the
+        # study with (0 until :meth:`claim`), and the latest the store holds.
+        self.epoch = 0
+        self.master = lease.token if lease is not None else secrets.token_hex(16)
+        self._study_id: int | None = None
+        self._store_epoch: dict[str, Any] | None = None
+        self._epoch_file: tuple[int, int] | None = None
         self._control = ControlFile(control) if control else None
         self._journal: JournalFile | None = None
         if "://" in url:
@@ -201,10 +212,10 @@ class StudyRelay:
         """Append the master's own records in the next round; returns once
         they are durable. :class:`StoreUnavailable` when nothing can be
         written any more; OSError when the relay stopped."""
-        if isinstance(self.broken, StoreUnavailable):
-            raise self.broken
         if self.broken is not None or not self._thread.is_alive():
-            raise OSError(f"the study's relay is not running{_because(self.broken)}")
+            raise self.stopped()
+        if self._journal is not None:
+            encode_records(records)  # what JSON cannot hold is refused here, as Optuna does (TypeError)
         local = _Local(records)
         self._locals.append(local)
         self._wake()
@@ -212,7 +223,19 @@ class StudyRelay:
         if isinstance(local.error, StoreUnavailable):
             raise local.error
         if local.error is not None:
-            raise OSError(f"the study's store could not be written: {local.error}") from local.error
+            raise self.stopped() from None
+
+    def stopped(self) -> StoreUnavailable:
+        """Why nothing more is written, in words a user acts on (exit 75): the
+        store's own fault, or a relay that failed for a reason of its own,
+        said so rather than shown as a traceback."""
+        broken = self.broken
+        if isinstance(broken, StoreUnavailable):
+            return broken
+        return StoreUnavailable(
+            f"the study's relay stopped{_because(broken)}; nothing more is written.\n  fix: run "
+            "the same command again: the trials cut short resume from their checkpoints (and "
+            "report this as a bug)")
 
     def save_snapshot(self) -> bool:
         """Write the journal's snapshot (:mod:`hpo.store._snapshot`) from the
@@ -240,6 +263,20 @@ class StudyRelay:
             return
         if grown:
             self.append_local([])
+
+    def claim(self, study_id: int) -> int:
+        """Take the study for this master's run: write the next epoch into the
+        store (:mod:`hpo.store._epoch`). From then on, a later epoch in the
+        store stops this relay (:class:`StoreUnavailable`, exit 75)."""
+        self._study_id = study_id
+        known = [self.storage.get_study_system_attrs(study_id).get(EPOCH_ATTR), self._store_epoch]
+        if self._journal is not None:
+            known.append(journal_epoch(self._journal.path))
+        record = epoch_record(max(map(epoch_of, known)) + 1, self.master)
+        # A journal's round writes the file beside it first (_take_epoch).
+        self.storage.set_study_system_attr(study_id, EPOCH_ATTR, record)
+        self.epoch, self._store_epoch = record["epoch"], record
+        return self.epoch
 
     def _wake(self) -> None:
         try:
@@ -288,7 +325,12 @@ class StudyRelay:
         requests, self._requests = self._requests, []
         locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
         if requests or locals_:
-            self._round(requests, locals_)
+            try:
+                self._round(requests, locals_)
+            except BaseException as exc:  # a bug: nobody may wait for an answer for ever
+                self.broken = self.broken or exc
+                self._refuse_all(requests, locals_)
+                raise
         else:
             self._idle()
         self._flush_all()
@@ -310,6 +352,8 @@ class StudyRelay:
                     self._take_foreign()
                 except OSError as exc:
                     self._break(self._unavailable(exc))
+                except StoreUnavailable as exc:  # another master's run took the study
+                    self._break(exc)
 
     # -- connections ----------------------------------------------------------------
 
@@ -461,8 +505,10 @@ class StudyRelay:
             try:
                 if self._appender.hold():
                     self._take_foreign()  # appended by others while the lock was free
-            except OSError as exc:  # the journal cannot be opened for writing any more
-                self._break(self._unavailable(exc))
+                for local in locals_:
+                    self._take_epoch(local.records)
+            except (OSError, StoreUnavailable) as exc:  # unwritable, or another master's now
+                self._break(exc if isinstance(exc, StoreUnavailable) else self._unavailable(exc))
                 self._refuse_all(requests, locals_)
                 return
         records: list[dict[str, Any]] = []
@@ -512,6 +558,7 @@ class StudyRelay:
         or a journal deleted or replaced under it, writes nothing more."""
         if self._lease is not None and not self._lease.still_held():
             raise StoreUnavailable(self._lease.taken_over_message())
+        self._check_epoch()
         if self._journal is None:
             return
         path = self._journal.path
@@ -526,6 +573,47 @@ class StudyRelay:
                 "nothing more (a journal begun anew would lose every result before it), and its "
                 "trials stop.\n  fix: restore the journal from a backup and run the same command "
                 "again; hpo run refuses a run directory whose journal is missing")
+
+    def _check_epoch(self) -> None:
+        """Fencing: the store's epoch, as written beside the journal (looked
+        at when that file changed) or in the database."""
+        if not self.epoch:
+            return
+        if self._journal is None:
+            self._see_epoch(self.storage.get_study_system_attrs(self._study_id).get(EPOCH_ATTR))
+            return
+        path = self._journal.path + EPOCH_SUFFIX
+        try:
+            info = os.stat(path)
+        except FileNotFoundError:
+            return  # removed by hand: the journal's records still fence
+        if (info.st_ino, info.st_mtime_ns) != self._epoch_file:
+            self._epoch_file = info.st_ino, info.st_mtime_ns
+            self._see_epoch(journal_epoch(self._journal.path))
+
+    def _see_epoch(self, record: dict[str, Any] | None) -> None:
+        """Note an epoch found in the store; :class:`StoreUnavailable` when
+        another master's run took the study after this one did."""
+        if record is None or record == self._store_epoch:
+            return
+        if epoch_of(record) >= epoch_of(self._store_epoch):
+            self._store_epoch = record
+        if self.epoch and (epoch_of(record) > self.epoch or (
+                epoch_of(record) == self.epoch and record.get("master") != self.master)):
+            raise taken_over(self._journal.path if self._journal else self.url, record, self.epoch)
+
+    def _take_epoch(self, records: list[dict[str, Any]]) -> None:
+        """Before an epoch this master takes is written to the journal: refuse
+        it if another master took a later one meanwhile, and name it in the
+        file beside the journal (what writers around the relay read)."""
+        for record in records:
+            claimed = in_journal_record(record)
+            if claimed is None:
+                continue
+            if epoch_of(self._store_epoch) >= epoch_of(claimed) and self._store_epoch != claimed:
+                raise taken_over(self._journal.path, self._store_epoch, epoch_of(claimed))
+            write_epoch_file(self._journal.path, claimed)
+            self._epoch_file = None  # looked at again, as this master's own
 
     def _unavailable(self, exc: OSError) -> StoreUnavailable:
         """What a failed write means, in the words a user acts on."""
@@ -680,6 +768,8 @@ class StudyRelay:
         records, end = self._journal.read_from(self._end)
         if not records:
             return
+        for record in records:  # first: a later master's records are not this one's to follow
+            self._see_epoch(in_journal_record(record))
         self._end = end
         reported: list[tuple[int, int]] = []
         for record in records:

@@ -45,6 +45,13 @@ study ``hpo:contender``            master    L        the convergence a running 
                                                       waits; "inf" as a string)
 study ``hpo:resize``               master    L        trial id -> the GPU count the
                                                       master grows it to
+study ``hpo:sampler:<number>``     master    M        what a sampler's ``after_trial``
+                                                      wrote on trial ``number`` once it
+                                                      had ended (constraints...)
+study ``hpo:epoch``                master    L        the epoch the last master's run
+                                   (relay)            took the study with, and that
+                                                      master's lease token
+                                                      (:mod:`hpo.store._epoch`)
 =================================  ========  =======  =================================
 
 Beside the store, ``control.json`` in the run directory holds the decisions

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import pickle
@@ -9,7 +10,7 @@ import socket
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ __all__ = ["Trial"]
 
 # FLEET averages the last 20 of at most 48 profiled batches.
 _AVERAGED = 20
+# In a trial's folder: the reports an attempt made that the store refused.
+UNSTORED_REPORTS = "hpo-unstored-reports.json"
 
 
 @dataclass
@@ -47,7 +50,38 @@ class _StoreSide:
     resizable: bool = False
     # The relay refused this attempt (its trial ended, or another attempt took it over).
     halted: Halted | None = None
+    # Reports the store refused once the attempt was halted, for the next
+    # attempt to send (hpo.trial: kept in the trial's folder).
+    unstored: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+    folder: Path | None = None  # the trial's folder, where they wait
     _reported: int = 0
+
+    def _keep_unstored(self, step: int, metrics: dict[str, float]) -> None:
+        self.unstored.append((step, metrics))
+        if self.folder is None:
+            return
+        try:
+            write_atomically(self.folder / UNSTORED_REPORTS, json.dumps(self.unstored))
+        except OSError:  # the disk that refused the report may refuse this too
+            pass
+
+    def send_unstored(self, stored: set[int]) -> list[tuple[int, dict[str, float]]]:
+        """Send the reports an earlier attempt could not store (its master
+        was gone, its store full) and the store still lacks; those sent."""
+        path = self.folder / UNSTORED_REPORTS if self.folder else None
+        if path is None or not path.exists():
+            return []
+        try:
+            kept = [(int(step), dict(metrics)) for step, metrics in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):
+            kept = []
+        sent = []
+        for step, metrics in kept:
+            if step not in stored:
+                self.link.report(step, metrics, metrics.get(self.metric))
+                sent.append((step, metrics))
+        path.unlink(missing_ok=True)
+        return sent
 
     def report(self, step: int, metrics: dict[str, float], earlier_last: int | None = None) -> None:
         # Each call is durable (fsync'd) before it returns: durable when acknowledged.
@@ -59,11 +93,15 @@ class _StoreSide:
             self.record("unresumable", step, f"started again at step {step} after step "
                         f"{earlier_last} instead of resuming; runs to its end in this segment "
                         "(resume from trial.load_checkpoint() or trial.next_step)")
-        if self.halted is None:
-            try:
-                self.link.report(step, metrics, metrics.get(self.metric))
-            except Halted as halted:
-                self.halted = halted
+        if self.halted is not None:  # durable when it returns: nothing is stored any more
+            self._keep_unstored(step, metrics)
+            raise self.halted
+        try:
+            self.link.report(step, metrics, metrics.get(self.metric))
+        except Halted as halted:
+            self.halted = halted
+            self._keep_unstored(step, metrics)
+            raise
         self._reported += 1
         if self.quantum:
             value = metrics.get(self.metric)
@@ -213,6 +251,10 @@ class Trial:
         self.gpus = list(gpus or [])
         self.reports: list[tuple[int, dict[str, float]]] = list(reports or [])
         self._earlier_last = self.reports[-1][0] if self.reports else None
+        if _link is not None and self.checkpoint_dir is not None:
+            _link.folder = self.checkpoint_dir
+            sent = _link.send_unstored({step for step, _ in self.reports})
+            self.reports = sorted(self.reports + sent, key=lambda report: report[0])
         self.stop_reason: str | None = None
         self.hosts = list(hosts or [socket.gethostname()])
         self.gpu_share = gpu_share
@@ -268,12 +310,19 @@ class Trial:
                 pass
 
     def report(self, step: int, **metrics: float) -> None:
-        """Record the metrics of one step (an epoch, an iteration) durably.
+        """Record the metrics of one step (an epoch, an iteration) durably:
+        stored when it returns.
 
         Raises
         ------
         TypeError
             If ``step`` is not a non-negative int or a metric is not a real number.
+        hpo.store.Halted
+            If the store did not take the report: the study's store cannot be
+            written, another master took the study over, or another attempt
+            runs the trial. The objective must end (let it propagate): hpo
+            resumes the trial from its checkpoint, and the next attempt sends
+            the report again.
         """
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise TypeError(f"trial.report: step must be an int >= 0, got {step!r}")
