@@ -269,15 +269,18 @@ ACKED = '''
 import time
 
 def train(config, trial):
-    """toy.curve's shape; each report that returned is noted outside the store."""
+    """toy.curve's shape, resumed from its own checkpoint as real training
+    is; each report that returned is noted outside the store."""
     value = 0.0
+    done = trial.load_checkpoint() or {"step": -1}
     with open(config["acked"], "a") as acked:
-        for step in range(trial.next_step, config["steps"]):
+        for step in range(done["step"] + 1, config["steps"]):
             time.sleep(config["step_s"])
             value = config["quality"] * (1 - 0.5 ** (step + 1))
             trial.report(step, value=value)
             acked.write(f"{trial.number} {step}\\n")
             acked.flush()
+            trial.save_checkpoint({"step": step})
             if trial.should_stop():
                 break
     return value
@@ -293,22 +296,23 @@ def _acknowledged_but_missing(run_dir: Path, acked: Path) -> list[tuple[int, int
 
 
 @pytest.mark.parametrize("fault", ["full disk", "read-only journal", "master killed"])
-def test_no_report_that_returned_is_missing_from_the_store(tmp_path, fault):
+def test_no_report_that_returned_is_missing_from_the_store(tmp_path, dask_address, fault):
     """Whatever stops the store under running trials, every report for which
     trial.report returned is stored, and the trials stop instead of training
-    on against a store that takes nothing."""
+    on against a store that takes nothing. The workers outlive the master
+    (an external scheduler, as on a cluster), so its orphans report on."""
     from conftest import tmpfs
     from test_faults import ENV, QUALITIES, assert_each_once, command, complete, end, fill, running_with_reports
 
     (tmp_path / "acked.py").write_text(ACKED)
     acked = tmp_path / "acked.txt"
     acked.touch()
-    space = toy_space("acks", "acked:train", fixed={"steps": 8, "step_s": 0.2, "acked": str(acked)},
+    space = toy_space("acks", "acked:train", fixed={"steps": 12, "step_s": 0.2, "acked": str(acked)},
                       search={"parallel": 2}, space={"quality": QUALITIES[:6]})
     with ExitStack() as stack:
         runs = stack.enter_context(tmpfs(tmp_path / "fs", "16m")) if fault == "full disk" else tmp_path / "runs"
         run_dir, journal = runs / "acks", runs / "acks" / "journal.log"
-        cmd = command(tmp_path, space, runs, "--engine", "dask", "--workers", "2")
+        cmd = command(tmp_path, space, runs, "--engine", "dask", "--scheduler", dask_address)
         study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stack.callback(end, study)
         wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
