@@ -16,7 +16,9 @@ there (:func:`ended_the_interpreter`).
 from __future__ import annotations
 
 import faulthandler
+import io
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,16 +57,24 @@ def guarding_the_master(log: TextIO) -> Iterator[None]:
         os._exit = _exit
     was_enabled = faulthandler.is_enabled()
     log.flush()
-    faulthandler.enable(file=log, all_threads=False)
+    _enable_faulthandler(log)
     _logs[threading.get_ident()] = log
     try:
         yield
     finally:
         del _logs[threading.get_ident()]
+        faulthandler.disable()
         if was_enabled:
-            faulthandler.enable()
-        else:
-            faulthandler.disable()
+            _enable_faulthandler(sys.stderr)
+
+
+def _enable_faulthandler(file: Any) -> None:
+    """faulthandler on ``file`` where it has a file descriptor (a captured
+    stderr, as under pytest, has none: then fatal signals go unwritten)."""
+    try:
+        faulthandler.enable(file=file, all_threads=False)
+    except (io.UnsupportedOperation, AttributeError, ValueError, OSError):
+        pass
 
 
 def _exit(status: int) -> NoReturn:
