@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -28,7 +29,7 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
 
-__all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records"]
+__all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
 
 # Optuna's op codes (JournalOperation) of the records that number studies and
 # trials: replay gives ids by the order of these records.
@@ -113,6 +114,11 @@ class JournalFile(JournalFileBackend):
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         number = log_number_from if log_number_from in self._offsets else 0
         for record, offset in self._intact(self._offsets[number]):
+            if record is None:  # skipped: the bytes are read all the same
+                self._read_to = max(self._read_to, offset)
+                if number in self._offsets and self._offsets[number] < offset:
+                    self._offsets[number] = offset
+                continue
             number += 1
             self._offsets[number] = offset
             self._read_to = max(self._read_to, offset)
@@ -124,13 +130,15 @@ class JournalFile(JournalFileBackend):
         last of them (an incomplete last line waits for the next read)."""
         records = []
         for record, offset in self._intact(offset):
-            records.append(record)
+            if record is not None:
+                records.append(record)
         return records, offset
 
-    def _intact(self, offset: int) -> Iterator[tuple[dict[str, Any], int]]:
+    def _intact(self, offset: int) -> Iterator[tuple[dict[str, Any] | None, int]]:
         """Each intact record from byte ``offset`` on, with the offset after
-        it; lines appended meanwhile wait for the next read, and a torn tail
-        (or a write still going on) ends it."""
+        it (None for a record no reader can use, skipped); lines appended
+        meanwhile wait for the next read, and a torn tail (or a write still
+        going on) ends it."""
         with open(self._path, "rb") as f:
             end = os.fstat(f.fileno()).st_size
             f.seek(offset)
@@ -141,8 +149,11 @@ class JournalFile(JournalFileBackend):
                 if record is None:
                     _refuse_damage_before_records(self._path, offset)
                     return
+                why = unusable(record)
+                if why is not None:  # every reader skips the same records: numbering agrees
+                    _say_skipped(self._path, offset, why)
                 offset += len(line)
-                yield record, offset
+                yield (record if why is None else None), offset
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self.append_direct(encode_records(logs))
@@ -217,7 +228,7 @@ def repair_journal(path: str) -> list[str]:
         data = Path(path).read_bytes()
         kept, damaged = _scan(data, path)
         if not damaged:
-            return [f"{path}: nothing to repair ({len(kept)} intact records)"]
+            return _set_unusable_aside(path, data, kept)
         _refuse_unfaithful(path, data, kept, damaged)
         replayed = _replay(path, [record for _, record in kept])
         original = _free_name(path, "damaged")
@@ -232,7 +243,98 @@ def repair_journal(path: str) -> list[str]:
             f"  the damaged original is kept as {original}"]
 
 
+def _set_unusable_aside(path: str, data: bytes, kept: list[tuple[int, dict[str, Any]]]) -> list[str]:
+    """Move the intact records no reader can use (values that are not
+    numbers...) into a file beside the journal (called under its lock)."""
+    why = {at: unusable(record) for at, record in kept}
+    aside = [at for at, _ in kept if why[at] is not None]
+    if not aside:
+        return [f"{path}: nothing to repair ({len(kept)} intact records)"]
+    lines = {at: data[at:data.index(b"\n", at) + 1] for at, _ in kept}
+    moved = _free_name(path, "unusable")
+    write_atomically(moved, b"".join(lines[at] for at in aside))  # first: a crash here leaves both
+    write_atomically(path, b"".join(line for at, line in lines.items() if why[at] is None))
+    return [f"repaired {path}",
+            *(f"  set aside the record at byte {at}: {why[at]}" for at in aside),
+            f"  kept {len(kept) - len(aside)} records; the ones set aside are in {moved}",
+            "  a trial whose end was set aside is unfinished again: the same `hpo run` runs it again"]
+
+
 # -- reading ------------------------------------------------------------------
+
+# Optuna's TrialState values in a journal's state records.
+_COMPLETE, _PRUNED = 1, 2
+# hpo's trial attributes that readers use as records (hpo.store.records), and
+# those whose key ends in a number.
+_RECORD_ATTRS = ("hpo:run", "hpo:ended_by", "hpo:report:", "hpo:segment:", "hpo:event:", "hpo:profile:")
+_NUMBERED_ATTRS = ("hpo:report:", "hpo:segment:")
+_MAX_STEP = 2**31  # Optuna's database schema keeps a step in a 32-bit integer
+_skipped: set[tuple[str, int]] = set()
+
+
+def unusable(record: dict[str, Any]) -> str | None:
+    """Why a whole record is of no use to any reader (a value that is not a
+    number where Optuna keeps numbers, an hpo record that is not one), or
+    None. Such a record is skipped by every reader, and `hpo repair` sets it
+    aside; the relay never writes one (hpo.store._protocol)."""
+    op = record["op_code"]
+    if op == 6:
+        why = _unusable_values(record.get("state"), record.get("values"))
+        return None if why is None else f"trial id {record.get('trial_id')}: {why}"
+    if op == 7:
+        step, value = record.get("step"), record.get("intermediate_value")
+        if not _is_int(step) or not 0 <= step < _MAX_STEP:
+            return f"trial id {record.get('trial_id')}: step {step!r} is not an int from 0 to 2**31 - 1"
+        if not _is_number(value):
+            return f"trial id {record.get('trial_id')}: the value of step {step} is {value!r}, not a number"
+    elif op == 5 and not _is_number(record.get("param_value_internal")):
+        return f"trial id {record.get('trial_id')}: parameter {record.get('param_name')!r} is not a number inside"
+    elif op == 9 and isinstance(record.get("system_attr"), dict):
+        for key, value in record["system_attr"].items():
+            why = _unusable_attr(key, value)
+            if why is not None:
+                return f"trial id {record.get('trial_id')}: {why}"
+    return None
+
+
+def _unusable_values(state: Any, values: Any) -> str | None:
+    if values is None:
+        return "a complete trial without values" if state == _COMPLETE else None
+    if not isinstance(values, list) or not values:
+        return f"values {values!r} are not a list of numbers"
+    if not all(_is_number(v) and math.isfinite(v) for v in values):
+        return f"values {values!r} are not all finite numbers"
+    return None
+
+
+def _unusable_attr(key: Any, value: Any) -> str | None:
+    if not isinstance(key, str) or not key.startswith(_RECORD_ATTRS):
+        return None
+    if key.startswith(_NUMBERED_ATTRS) and not key.rpartition(":")[2].isdigit():
+        return f"attribute {key!r} does not end in a number"
+    if not isinstance(value, dict):
+        return f"attribute {key!r} holds {type(value).__name__}, not a record"
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _say_skipped(path: str, offset: int, why: str) -> None:
+    """Say once per process and record that a reader skips it."""
+    if (path, offset) in _skipped:
+        return
+    _skipped.add((path, offset))
+    where = Path(path)
+    run_dir = where.parent if where.name == "journal.log" else "RUN_DIR"
+    print(f"hpo: {path}: the record at byte {offset} is skipped: {why}.\n  fix: hpo repair {run_dir} "
+          "sets it aside (its trial, if it was its end, runs again)", file=sys.stderr)
+
 
 
 def _record(line: bytes, path: str | None = None, offset: int = 0) -> dict[str, Any] | None:
