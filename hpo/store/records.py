@@ -38,6 +38,9 @@ key                                writer    readers  content
                                                       with its reason
 ``hpo:ended_by``                   master    M L R    :class:`EndedBy`: ended without a
                                                       result
+``hpo:ended_master``               master    M        the attempts whose objective ended
+                                                      the inline master's process by its
+                                                      own hand (hpo.lifecycle)
 study ``hpo:stop``                 master    L R      why the study must stop, or None
 study ``hpo:contender``            master    L        the convergence a running trial
                                                       must reach to keep its slot at the
@@ -220,6 +223,7 @@ class RunRecord(TypedDict, total=False):
     host: str
     pid: int
     in_master: bool  # it runs inside the master's process (the inline engine)
+    log_at: list[Any]  # [log path, size]: where this attempt's output starts in the trial's log
     attempt: int  # 1 for the first
     started_at: float  # the trial's first start
     attempt_started_at: float
