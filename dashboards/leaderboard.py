@@ -35,12 +35,16 @@ def columns(snap: Snapshot) -> tuple[dict[str, str], ...]:
     params = [(f"param_{i}", name, _kind(snap, name)) for i, name in enumerate(snap.param_names)]
     tail = [("duration_s", "duration (s)", "numeric"), ("attempts", "attempts", "numeric"),
             ("steps", "steps", "numeric"), ("host", "host", "text"), ("error", "error", "text")]
-    return tuple({"id": i, "name": n, "type": k, **(_FORMAT if k == "numeric" and i.startswith(
-        ("value", "param_")) else {})} for i, n, k in fixed + params + tail)
+    return tuple({"id": i, "name": n, "type": k, **(_FORMATS.get(i.split("_")[0], {}) if k == "numeric"
+                                                    else {})} for i, n, k in fixed + params + tail)
 
 
 # Six significant digits in the table; sorting and filtering use the full value.
 _FORMAT = {"format": {"specifier": ".6~g"}}
+# An inactive parameter reads "-", as in hpo status; its data stays None, so it
+# sorts last, "is blank" finds it and the CSV leaves it empty. (DataTable formats
+# number columns only: an inactive categorical parameter's cell stays blank.)
+_FORMATS = {"value": _FORMAT, "param": {"format": {**_FORMAT["format"], "nully": "-"}}}
 
 
 def _kind(snap: Snapshot, name: str) -> str:

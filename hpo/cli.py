@@ -158,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_validate)
 
     status = command("status", help="the leaderboard, counts by state and the best trial")
-    status.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>")
+    status.add_argument("run_dir", help="the study's run directory, e.g. runs/<name>; a folder "
+                                        "of them (runs) gives one line per study")
     shown = status.add_mutually_exclusive_group()
     shown.add_argument("--limit", type=_positive_int, default=_STATUS_ROWS, metavar="N",
                        help="leaderboard rows to show")
@@ -298,6 +299,10 @@ def _validate(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from hpo.results import StudyResult
 
+    _refuse_misspelt(Path(args.run_dir))
+    studies = _studies_in(Path(args.run_dir))
+    if studies:
+        return _status_of_studies(args, studies)
     if args.trial is not None:
         from hpo.trial_details import trial_details
 
@@ -320,6 +325,63 @@ def _status(args: argparse.Namespace) -> int:
     print(f"\none trial in full: hpo status {run_dir} --trial N; every trial and its "
           f"curves: hpo export {run_dir} --format json")
     return 0
+
+
+def _refuse_misspelt(run_dir: Path) -> None:
+    """A run directory that is not there, named like one beside it: say which."""
+    from hpo.errors import closest
+
+    if run_dir.exists() or not run_dir.parent.is_dir():
+        return
+    hint = closest(run_dir.name, [p.name for p in run_dir.parent.iterdir() if p.is_dir()])
+    if hint:
+        meant = shlex.quote(str(run_dir.parent / hint))
+        raise UsageError(f"{run_dir}: no such directory.\n  fix: did you mean {meant}? "
+                         f"(hpo status {meant})")
+
+
+def _studies_in(folder: Path) -> list[Path]:
+    """The run directories inside ``folder`` when it is a folder of studies
+    (``runs/``, as ``hpo dashboard runs`` takes it), else none."""
+    if (folder / "study.json").exists() or not folder.is_dir():
+        return []
+    return sorted(p.parent for p in folder.glob("*/study.json"))
+
+
+def _status_of_studies(args: argparse.Namespace, studies: list[Path]) -> int:
+    """One line per study of a runs folder; one that cannot be read is named
+    with its fix on stderr, and the status is then 2."""
+    from hpo.results import StudyResult
+    from hpo.units import format_number
+
+    if args.trial is not None:
+        raise UsageError(f"{args.run_dir}: a folder of {len(studies)} studies; --trial needs one.\n"
+                         f"  fix: name the study, e.g. hpo status {shlex.quote(str(studies[0]))} "
+                         f"--trial {args.trial}")
+    summaries, failed = [], False
+    for run_dir in studies:
+        try:
+            result = StudyResult.load(run_dir)
+        except UsageError as exc:
+            print(f"hpo: error: {exc}", file=sys.stderr)
+            failed = True
+            continue
+        if args.json:
+            summaries.append({"run_dir": str(run_dir), **result.summary()})
+            continue
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in result.counts.items() if n)
+        line = f"{run_dir}  {len(result.trials)} trials: {counts or 'none'}"
+        if result.multi_objective:
+            line += f"; Pareto front: {len(result.pareto_front)} trials"
+        elif result.best:
+            line += (f"; best {result.metric}={format_number(result.best.value, 6)} "
+                     f"(trial {result.best.number})")
+        print(line)
+    if args.json:
+        print(json.dumps(summaries, indent=2))
+    else:
+        print(f"\none study in full: hpo status {shlex.quote(str(studies[0]))}")
+    return 2 if failed else 0
 
 
 def _export(args: argparse.Namespace) -> int:
