@@ -16,6 +16,7 @@ script, so it must be marked.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -43,16 +44,61 @@ PAGES = sorted(DOCS.rglob("*.md"))
 RUNNABLE = [p for p in PAGES if any(marker for marker, _, _ in _blocks(p))]
 
 
-def test_the_site_builds_with_links_and_anchors_checked(tmp_path):
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """``mkdocs build --strict`` once: its process and the site's folder."""
     pytest.importorskip("mkdocs", reason="mkdocs is not installed: pip install -e '.[docs]'")
     pytest.importorskip("mkdocstrings", reason="mkdocstrings is not installed: pip install -e '.[docs]'")
+    site = tmp_path_factory.mktemp("docs") / "site"
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
-                           str(ROOT / "mkdocs.yml"), "-d", str(tmp_path / "site")],
+                           str(ROOT / "mkdocs.yml"), "-d", str(site)],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    return proc, site
+
+
+def test_the_site_builds_with_links_and_anchors_checked(built):
+    proc, site = built
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr
-    assert (tmp_path / "site" / "api" / "index.html").read_text().count('id="hpo.run"') == 1
-    assert (tmp_path / "site" / "screenshots" / "leaderboard.png").is_file()
+    assert (site / "api" / "index.html").read_text().count('id="hpo.run"') == 1
+    assert (site / "screenshots" / "leaderboard.png").is_file()
+
+
+def _html_pages(site: Path) -> list[Path]:
+    assert (site / "index.html").is_file(), "the site was not built"
+    return sorted(site.rglob("*.html"))
+
+
+def test_the_site_needs_nothing_from_the_internet(built):
+    # A login node is often offline: a script or stylesheet from a CDN fails
+    # there (no highlighting, a script error on every page).
+    _, site = built
+    outside = re.compile(r"^(https?:)?//")
+    for page in _html_pages(site):
+        html = page.read_text()
+        loaded = re.findall(r"<script[^>]*\ssrc=\"([^\"]+)\"", html)
+        loaded += [href for tag in re.findall(r"<link[^>]*>", html) if "stylesheet" in tag
+                   for href in re.findall(r"\shref=\"([^\"]+)\"", tag)]
+        assert not [url for url in loaded if outside.match(url)], page
+    for css in site.rglob("*.css"):
+        assert not re.search(r"(@import|url\()\s*['\"]?(https?:)?//", css.read_text()), css
+    # Code is coloured when the site is built: Pygments' spans, its stylesheet.
+    tutorial = (site / "tutorial" / "index.html").read_text()
+    assert '<span class="k">def</span>' in tutorial and "css/pygments.css" in tutorial
+    assert ".codehilite .k" in (site / "css" / "pygments.css").read_text()
+
+
+def test_every_heading_id_works_in_the_table_of_contents(built):
+    # The theme's table of contents finds a heading with querySelector("#id"),
+    # which throws for an id starting with a digit ("1-the-objective"): the
+    # page's contents then never highlight where the reader is.
+    _, site = built
+    for page in _html_pages(site):
+        if page.name == "404.html":
+            continue  # no table of contents
+        bad = [i for i in re.findall(r'href="#([^"]+)"', page.read_text())
+               if not re.match(r"-?[A-Za-z_]", i)]
+        assert not bad, f"{page.relative_to(site)}: ids a CSS selector cannot name: {bad}"
 
 
 def test_the_cli_page_is_what_the_generator_writes_now():
@@ -101,3 +147,23 @@ def test_runnable_examples_run(page, tmp_path):
             assert proc.returncode == 0, (f"{page.name} block {n}: {command[-1]} exited "
                                           f"{proc.returncode}\n{proc.stdout}\n{proc.stderr}")
             assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_lightning_trainers_in_the_docs_print_nothing_of_their_own():
+    # hpo records the curves: Lightning's logger, progress bar and model
+    # summary would flood the terminal and leave lightning_logs/ behind.
+    quiet = {"logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    trainers = []
+    for page in [ROOT / "README.md", *PAGES]:
+        for _, lang, body in _blocks(page):
+            if lang != "python" or "Trainer(" not in body:
+                continue
+            for node in ast.walk(ast.parse(body)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "Trainer":
+                    given = {k.arg: k.value for k in node.keywords}
+                    trainers.append(page.name)
+                    assert {k: ast.literal_eval(given[k]) if k in given else None for k in quiet} == quiet, \
+                        f"{page.name}: a Trainer that prints: add {quiet}"
+                    assert ast.unparse(given.get("default_root_dir", ast.Constant(None))) == \
+                        "trial.checkpoint_dir", f"{page.name}: a Trainer that writes in the current folder"
+    assert trainers, "no Lightning Trainer found in the docs"
