@@ -77,3 +77,15 @@ def test_the_leaderboard_shows_an_inactive_parameter_as_a_dash(tmp_path):
     csv_row = leaderboard.to_csv([adam], leaderboard.columns(snap)).splitlines()[1].split(",")
     names = [c["name"] for c in leaderboard.columns(snap)]
     assert csv_row[names.index("momentum")] == ""
+
+
+@pytest.mark.parametrize("objective, fix", [
+    ("noisy_obj.py:train", 'name the module, not its file: "noisy_obj:train" (without .py)'),
+    ("noisy_obj:trian", "did you mean noisy_obj:train?"),
+])
+def test_an_objective_named_with_a_slip_gets_the_fix(tmp_path, objective, fix):
+    (tmp_path / "noisy_obj.py").write_text("def train(config, trial):\n    return 1.0\n")
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({**_space("slip", [0]), "objective": objective}))
+    done = run("validate", space)
+    assert done.returncode == 2 and f"fix: {fix}" in done.stderr, done.stderr

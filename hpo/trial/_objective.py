@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hpo.errors import SpaceError, UsageError
+from hpo.errors import SpaceError, UsageError, closest
 
 Objective = Callable[[dict, Any], Any]
 
@@ -62,8 +62,7 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>",
     except ImportError as exc:
         raise SpaceError(
             source, "$.objective", f"cannot import module {module_name!r} of {ref!r}: {exc}",
-            "check the module path: hpo imports it from the space file's folder, the "
-            "current directory, PYTHONPATH and the installed packages",
+            _import_fix(module_name, attr),
         ) from exc
     except (Exception, SystemExit) as exc:  # the module's own code failed (SystemExit: argparse at import)
         raise SpaceError(
@@ -72,11 +71,24 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>",
         ) from exc
     function = getattr(module, attr, None)
     if not callable(function):
+        meant = closest(attr, [name for name, value in vars(module).items()
+                               if callable(value) and not name.startswith("_")])
         raise SpaceError(
             source, "$.objective", f"{module_name!r} has no callable {attr!r}",
+            f"did you mean {module_name}:{meant}?" if meant else
             "name a function train(config, trial) defined at module level",
         )
     return function
+
+
+def _import_fix(module_name: str, attr: str) -> str:
+    """The fix for a module that cannot be imported: a file name given for
+    the module ("noisy_obj.py:train") is the usual slip."""
+    if module_name.endswith(".py"):
+        return (f"name the module, not its file: \"{module_name[:-3].replace('/', '.')}:{attr}\" "
+                "(without .py)")
+    return ("check the module path: hpo imports it from the space file's folder, the "
+            "current directory, PYTHONPATH and the installed packages")
 
 
 def _error_text(exc: BaseException) -> str:
