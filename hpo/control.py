@@ -15,6 +15,7 @@ exhausted, the metric reaches its ``target``, or the wall-clock budget
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -156,6 +157,8 @@ class Controller:
         leftovers = {w.number: w for w in (waiting_of(t, maximize) for t in lifecycle.unfinished(store))}
         # Then those it created and no worker started, as they are.
         queued = {t.number: t for t in lifecycle.never_started(store)}
+        if self.progress and (tally.counted or leftovers or queued):
+            _say_resuming(self.spec.max_trials, tally, len(leftovers), len(queued))
         waiting: dict[int, Waiting] = {}
         contender: list[float | None] = [None]  # as last published
         looked = [time.monotonic()]  # when the running trials' heartbeats were last looked at
@@ -384,3 +387,10 @@ class _Tally:
     def line(self, running: int) -> tuple[int, int, int, tuple[int, float] | None]:
         return self.counted, running, self.failed, self.best
 
+
+def _say_resuming(budget: int, tally: _Tally, unfinished: int, queued: int) -> None:
+    """What a run of a study an earlier run began takes up, and what is left."""
+    left = max(budget - tally.counted - unfinished - queued, 0)
+    print(f"hpo: resuming: {tally.counted} of up to {budget} trials done ({tally.failed} failed); "
+          f"{unfinished} unfinished go on from their checkpoints, {queued} created and never "
+          f"started run now, up to {left} new", file=sys.stderr, flush=True)

@@ -89,3 +89,11 @@ def test_an_objective_named_with_a_slip_gets_the_fix(tmp_path, objective, fix):
     space.write_text(json.dumps({**_space("slip", [0]), "objective": objective}))
     done = run("validate", space)
     assert done.returncode == 2 and f"fix: {fix}" in done.stderr, done.stderr
+
+
+def test_a_resumed_run_says_what_it_takes_up_and_what_is_left(tmp_path):
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(_space("again", [0, 1, 2])))
+    ok(run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs", "--max-trials", "1"))
+    done = ok(run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs"))
+    assert "resuming: 1 of up to 3 trials done (0 failed)" in done.stderr and "up to 2 new" in done.stderr
