@@ -1,11 +1,17 @@
-"""A per-job TLS identity for the Dask cluster of a batch job.
+"""A per-cluster TLS identity for the Dask clusters hpo starts.
 
-A Dask scheduler without TLS runs any function sent to it as the job's
-owner, for anyone who can reach its port. Each job makes its own self-signed
-certificate (its own CA) and key, readable by the owner only; the scheduler,
-the workers and the study's client all present it and accept nothing else
-(mutual TLS). They find it through Dask's configuration, which the batch
-script sets in the environment (:func:`dask_environment`).
+A Dask scheduler without TLS runs any function sent to it as the cluster's
+owner, for anyone who can reach its port. Each cluster gets its own
+self-signed certificate (its own CA) and key; the scheduler, the workers and
+the study's client all present it and accept nothing else (mutual TLS).
+
+- A batch job's cluster spans nodes: its identity is written into the job's
+  folder, readable by the owner only (:func:`write_identity`), and found
+  through Dask's configuration, which the batch script sets in the
+  environment (:func:`dask_environment`).
+- The embedded cluster of ``hpo run --engine dask`` lives in the master's
+  process and its children: its identity stays in memory
+  (:func:`in_memory_security`), never on disk.
 """
 
 from __future__ import annotations
@@ -14,10 +20,15 @@ import datetime
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpo.errors import UsageError
 
-__all__ = ["CERT_FILE", "KEY_FILE", "write_identity", "dask_environment", "check_available"]
+if TYPE_CHECKING:
+    from distributed.security import Security
+
+__all__ = ["CERT_FILE", "KEY_FILE", "write_identity", "dask_environment", "in_memory_security",
+           "self_signed", "check_available"]
 
 CERT_FILE, KEY_FILE = "tls-cert.pem", "tls-key.pem"
 _VALID_DAYS = 30  # outlives any walltime; a new job makes a new one
@@ -29,7 +40,7 @@ def write_identity(folder: Path) -> tuple[Path, Path]:
     Returns the certificate and key paths. The certificate is its own CA:
     a peer is trusted only if it holds this job's key.
     """
-    cert, key = _self_signed()
+    cert, key = self_signed()
     folder = Path(folder)
     paths = folder / CERT_FILE, folder / KEY_FILE
     for path, data in zip(paths, (cert, key)):
@@ -54,15 +65,28 @@ def dask_environment(folder: str) -> dict[str, str]:
     return env
 
 
+def in_memory_security() -> Security:
+    """A Dask ``Security`` for a cluster started from this process: a new
+    identity held in memory only, presented by the scheduler, the workers
+    and the client (mutual TLS), with encryption required. The embedded
+    cluster's worker processes receive it from their nanny through a pipe."""
+    from distributed.security import Security
+
+    cert, key = (pem.decode() for pem in self_signed())
+    roles = {f"tls_{role}_{part}": pem for role in ("scheduler", "worker", "client")
+             for part, pem in (("cert", cert), ("key", key))}
+    return Security(require_encryption=True, tls_ca_file=cert, **roles)
+
+
 def check_available() -> None:
     """Raise UsageError when the cryptography package (which makes the certificate) is missing."""
     if importlib.util.find_spec("cryptography") is None:
-        raise UsageError("the Dask cluster of a batch job needs the cryptography package for its "
-                         "TLS certificate.\n  fix: pip install cryptography (in the environment "
-                         "the job runs, --python)")
+        raise UsageError("hpo's Dask clusters (embedded, or a batch job's) need the cryptography "
+                         "package for their TLS certificate.\n  fix: pip install cryptography (in "
+                         "the environment the study runs; for a batch job, the one --python names)")
 
 
-def _self_signed() -> tuple[bytes, bytes]:
+def self_signed() -> tuple[bytes, bytes]:
     """A PEM certificate (CA:TRUE, signed by its own key) and the PEM key."""
     check_available()
     from cryptography import x509

@@ -41,9 +41,11 @@ class DaskEngine(Engine):
     ----------
     scheduler:
         Address (``tcp://host:8786``) or scheduler-file path of a running
-        scheduler; None starts a cluster on 127.0.0.1: for CPU trials a
-        LocalCluster, for GPU trials one worker per group of ``gpus`` visible
-        GPUs, each with its own ``CUDA_VISIBLE_DEVICES``.
+        scheduler (its security is the site's: Dask's configuration); None
+        starts a cluster on 127.0.0.1, speaking mutual TLS with an identity
+        of its own: for CPU trials a LocalCluster, for GPU trials one worker
+        per group of ``gpus`` visible GPUs, each with its own
+        ``CUDA_VISIBLE_DEVICES``.
     workers:
         Worker processes of the embedded cluster (default: one per trial slot
         that fits the machine's cores, or its GPUs).
@@ -105,8 +107,8 @@ class DaskEngine(Engine):
         if self.scheduler is None:
             gpu_study = self.largest[1] > 0
             self._cluster = self._local_gpu_cluster() if gpu_study else self._local_cpu_cluster()
-            self.client = Client(self._cluster)
-        else:
+            self.client = Client(self._cluster, security=self._cluster.security)
+        else:  # the site's scheduler: its security is the site's (Dask's configuration)
             self.client = self._reach(self.scheduler)
         self._plan_resources()
 
@@ -125,30 +127,21 @@ class DaskEngine(Engine):
 
     def _local_cpu_cluster(self):
         from dask.system import CPU_COUNT  # this process's share: affinity, cgroup (SLURM)
-        from distributed import LocalCluster
 
         n = self.workers or max(1, CPU_COUNT // self.cpus)
-        return LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",  # a free port, this machine only
-            resources={"CPU": self.cpus}, preload=[_PRELOAD],
-        )
+        return _private_cluster(n_workers=n, threads_per_worker=1, resources={"CPU": self.cpus})
 
     def _local_gpu_cluster(self):
         """One worker holding this machine's visible GPUs (a ``GPU`` resource of
         their count, their ids in ``CUDA_VISIBLE_DEVICES``), with a thread per
         trial that fits: the master places each trial on its own GPU ids."""
         from dask.system import CPU_COUNT
-        from distributed import LocalCluster
 
         ids = visible_gpus()
         fit = min(int(len(ids) / (self.gpus or 1) + 1e-9), CPU_COUNT // self.cpus)
-        return LocalCluster(
+        return _private_cluster(
             n_workers=1, threads_per_worker=max(1, min(self.workers or fit, fit)),
-            processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-            resources={"GPU": len(ids), "CPU": CPU_COUNT},
-            env={"CUDA_VISIBLE_DEVICES": ",".join(ids)}, preload=[_PRELOAD],
-        )
+            resources={"GPU": len(ids), "CPU": CPU_COUNT}, env={"CUDA_VISIBLE_DEVICES": ",".join(ids)})
 
     def _plan_resources(self) -> None:
         """Check that some worker runs the largest trial, and count the slots
@@ -396,6 +389,27 @@ class DaskEngine(Engine):
 
 # The embedded cluster's workers run this module's dask_setup as they start.
 _PRELOAD = __name__
+
+
+def _private_cluster(**options):
+    """A LocalCluster on 127.0.0.1 that keeps the machine's other users out.
+
+    Any local user reaches 127.0.0.1, and a Dask scheduler runs any function
+    a client sends it. So every connection is mutual TLS with an identity
+    made for this cluster and held in memory (the scheduler, the nannies,
+    the workers and the master's client present it; a peer without it is
+    refused in the handshake). The scheduler's web server, which no identity
+    guards, keeps its health check alone: no dashboard, no task pages (the
+    master never shows them)."""
+    import dask
+    from distributed import LocalCluster
+
+    from hpo.launchers.tls import in_memory_security
+
+    with dask.config.set({"distributed.scheduler.http.routes": ["distributed.http.health"]}):
+        return LocalCluster(processes=True, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                            scheduler_kwargs={"dashboard": False}, security=in_memory_security(),
+                            preload=[_PRELOAD], **options)
 
 
 def dask_setup(worker) -> None:

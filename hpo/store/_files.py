@@ -10,7 +10,13 @@ from typing import Any
 
 from hpo.errors import StoreUnavailable
 
-__all__ = ["write_atomically", "process_alive", "unwritable", "MACHINE_FAULTS"]
+__all__ = ["write_atomically", "process_alive", "unwritable", "MACHINE_FAULTS", "PRIVATE_FILE",
+           "PRIVATE_DIR"]
+
+# A study's files and its run directory are its owner's alone: the study's
+# results are private, and a store others could read or write would let
+# them read or poison it (docs/guide/security.md).
+PRIVATE_FILE, PRIVATE_DIR = 0o600, 0o700
 
 # What a write meets when the file system is the problem, not the caller:
 # full, over its quota, or read-only.
@@ -20,16 +26,19 @@ MACHINE_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Replace ``path`` with ``data``: written beside it, fsync'd, renamed over
     it, and the directory fsync'd so that the rename itself survives a crash.
+    The file is readable and writable by its owner only (``PRIVATE_FILE``).
 
     >>> import tempfile
     >>> target = Path(tempfile.mkdtemp(), "study.json")
     >>> write_atomically(target, '{"a": 1}')
-    >>> target.read_text()
-    '{"a": 1}'
+    >>> target.read_text(), oct(target.stat().st_mode & 0o777)
+    ('{"a": 1}', '0o600')
     """
     path = Path(path)
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(partial, "wb") as f:
+    # Owner only, from creation on: what a study writes is its owner's
+    # (hpo.store._run_dir says why).
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
         f.flush()
         os.fsync(f.fileno())

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
-from hpo.store._files import process_alive
+from hpo.store._files import PRIVATE_FILE, process_alive
 
 __all__ = ["MasterLease", "StudyBusy", "LEASE_FILE"]
 
@@ -127,7 +127,7 @@ class MasterLease:
                   "slurm_job": os.environ.get("SLURM_JOB_ID"), "since": time.time(),
                   "token": self.token}
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as f:

@@ -16,6 +16,10 @@ Layout of a run directory (``runs/<study-name>/``)::
     control.json   the study's decisions, for trials that cannot reach its
                    relay (hpo.store._control)
     trials/<n>/    per-trial checkpoint directories
+
+The directory is its owner's alone (mode 0700, set by each master), and the
+files the store writes are 0600: nobody else may read the study's results or
+write to its store (docs/guide/security.md).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import optuna
 
 from hpo.errors import UsageError
 from hpo.store._control import CONTROL_FILE
-from hpo.store._files import write_atomically
+from hpo.store._files import PRIVATE_DIR, PRIVATE_FILE, write_atomically
 from hpo.store._journal import repair_journal
 from hpo.store._lease import MasterLease
 from hpo.store import _snapshot
@@ -129,7 +133,7 @@ class RunDir:
         nothing was recorded in it."""
         created = not self.path.exists()
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self._make_private()
         except (FileExistsError, NotADirectoryError):
             raise UsageError(f"{self.path}: a file is in the way of the run directory.\n"
                              "  fix: pass --runs-dir naming a directory") from None
@@ -152,14 +156,29 @@ class RunDir:
         the study is recorded, the earlier definitions kept."""
         self.check(spec, storage, allow_changes)
         if not self.study_file.exists():
-            self.path.mkdir(parents=True, exist_ok=True)
+            self._make_private()
             record = {"spec": spec, "storage": storage or JOURNAL_FILE}
             write_atomically(self.study_file, json.dumps(record, indent=2))
         elif allow_changes and (record := self.read())["spec"] != spec:
             record["earlier_specs"] = [*record.get("earlier_specs", []), record["spec"]]
             record["spec"] = spec
             write_atomically(self.study_file, json.dumps(record, indent=2))
-        return self.storage_url()
+        url = self.storage_url()
+        if "://" not in url:
+            _begin_private(url)
+        return url
+
+    def _make_private(self) -> None:
+        """Create the directory, or take back one others may enter, as its
+        owner's alone (``PRIVATE_DIR``): it holds the study's results and its
+        store. One made by ``hpo submit`` or an earlier hpo is made private
+        by the next master; another user's is left to its owner."""
+        self.path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)  # its parents: the umask's
+        if self.path.stat().st_mode & 0o777 != PRIVATE_DIR:
+            try:
+                os.chmod(self.path, PRIVATE_DIR)
+            except PermissionError:
+                pass
 
     def storage_url(self) -> str:
         """The storage URL, with the default journal as an absolute path
@@ -178,6 +197,10 @@ class RunDir:
                              f"directory its study's results are in, {_run_dir_of(self.path)}")
         if not self.path.is_dir():
             raise UsageError(f"{self.path}: no such directory.\n{_RUN_DIR_FIX}")
+        if not os.access(self.path, os.R_OK | os.X_OK):
+            raise UsageError(f"{self.path}: not readable by this user (a run directory is its owner's "
+                             "alone).\n  fix: run this as the study's owner, or ask them for its "
+                             "report (hpo report)")
         if not self.study_file.is_file():
             raise UsageError(f"{self.path}: not a run directory (no {_STUDY_FILE}).\n{_RUN_DIR_FIX}")
         try:
@@ -257,6 +280,16 @@ class RunDir:
             path = url[len("sqlite:///"):]
             return [path, path + "-wal"]
         return []
+
+
+def _begin_private(journal: str) -> None:
+    """Create the study's journal, empty and its owner's alone, where none
+    is yet: Optuna would create it with the umask's mode, and one outside
+    the run directory (``--storage PATH``) would be readable by others."""
+    try:
+        os.close(os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except OSError:  # there already; or Optuna's opening of it says what is wrong
+        pass
 
 
 def _open_read_only(url: str, place: Path,
