@@ -156,7 +156,8 @@ def _python_for(user: str) -> list[str] | None:
 
     site = str(Path(distributed.__file__).resolve().parents[1])
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    probe = f"import sys, distributed, cryptography; sys.exit(sys.version[:{len(version)}] != {version!r})"
+    probe = (f"import sys, distributed, cryptography; "
+             f"sys.exit(sys.version[:{len(version)}] != {version!r})")
     candidates = [sys.executable, os.path.realpath(sys.executable),
                   shutil.which(f"python{version}", path="/usr/local/bin:/usr/bin:/bin")]
     for python in dict.fromkeys(c for c in candidates if c):
@@ -256,6 +257,23 @@ def _end(proc: subprocess.Popen) -> None:
                 pass
 
 
+def _attack(stranger: list[str], folder: Path, ports: list[int], web: list[int],
+            paths: list[str]) -> dict:
+    """Run ATTACK as the stranger; what it says. Its own session: should it
+    outlive its bounds, runuser and the Python it started end together."""
+    arguments = [str(folder / "attack.py"), *map(json.dumps, (ports, web, paths))]
+    attack = subprocess.Popen([*stranger, *arguments], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=folder, start_new_session=True)
+    try:
+        out, err = attack.communicate(timeout=240)
+    finally:
+        if attack.poll() is None:
+            os.killpg(attack.pid, signal.SIGKILL)
+            attack.wait()
+    assert attack.returncode == 0, err
+    return json.loads(out)
+
+
 def test_another_local_user_cannot_run_code_as_the_study_nor_read_it(stranger, shared_tmp):
     """A study runs on the embedded Dask engine; meanwhile another local user
     tries to run a function through every port the master listens on
@@ -283,13 +301,9 @@ def test_another_local_user_cannot_run_code_as_the_study_nor_read_it(stranger, s
                  "a trial of the study to report")
         assert study.poll() is None, study.communicate()[1]
         (ports, web), paths = _listening_ports(study.pid), _secrets_at_rest(run_dir, study.pid)
-        attack = subprocess.run([*stranger, str(shared_tmp / "attack.py"), *map(json.dumps, (ports, web, paths))],
-                                capture_output=True, text=True, cwd=shared_tmp, timeout=240)
-        running = study.poll() is None
+        said, running = _attack(stranger, shared_tmp, ports, web, paths), study.poll() is None
     finally:
         _end(study)
-    assert attack.returncode == 0, attack.stderr
-    said = json.loads(attack.stdout)
     assert said["uid"] == pwd.getpwnam(STRANGER).pw_uid
     assert running, "the study ended before the attack did: nothing was there to refuse it"
     assert len(ports) >= 2, ports
