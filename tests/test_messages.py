@@ -97,3 +97,14 @@ def test_a_resumed_run_says_what_it_takes_up_and_what_is_left(tmp_path):
     ok(run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs", "--max-trials", "1"))
     done = ok(run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs"))
     assert "resuming: 1 of up to 3 trials done (0 failed)" in done.stderr and "up to 2 new" in done.stderr
+
+
+def test_a_changed_space_is_refused_naming_the_parameter_that_changed(tmp_path):
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps(_space("changed", [0, 1])))
+    ok(run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs"))
+    space.write_text(json.dumps({**_space("changed", [0, 1]), "space": {"x": [0, 1, 2], "z": [1]}}))
+    done = run("run", space, "--engine", "inline", "--runs-dir", tmp_path / "runs")
+    assert done.returncode == 2
+    said = " ".join(done.stderr.split())
+    assert '"z" added' in said and '"y" removed' in said and '"x": {"choices": [0, 1],' in said, said

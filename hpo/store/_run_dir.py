@@ -117,7 +117,7 @@ class RunDir:
             f"directory away (mv {self.path} {self.path}.old) or pass another --runs-dir")
 
     def _changed_message(self, name: str, key: str, before: Any, now: Any) -> str:
-        shown = "" if key == "space" else f" ({_short(before)} there, {_short(now)} now)"
+        shown = _space_change(before, now) if key == "space" else f" ({_short(before)} there, {_short(now)} now)"
         fix = (f"give the study another name (\"name\" in the space, `hpo run --name`, "
                f"hpo.run(name=...)) or another runs directory (--runs-dir, runs_dir=), "
                f"or remove {self.path}")
@@ -334,6 +334,18 @@ def _get(spec: dict[str, Any], dotted: str) -> Any:
         else:
             spec = spec.get(part) if isinstance(spec, dict) else None
     return spec
+
+
+def _space_change(before: Any, now: Any) -> str:
+    """Which parameters of the space changed, in words (the first few)."""
+    before, now = before if isinstance(before, dict) else {}, now if isinstance(now, dict) else {}
+    changes = [f'"{name}" added' for name in now if name not in before]
+    changes += [f'"{name}" removed' for name in before if name not in now]
+    changes += [f'"{name}": {_short(before[name])} there, {_short(now[name])} now'
+                for name in before if name in now and before[name] != now[name]]
+    if not changes:
+        return ""
+    return f" (parameters {'; '.join(changes[:3])}{'; ...' if len(changes) > 3 else ''})"
 
 
 def _short(value: Any) -> str:
