@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.importance import MIN_IMPORTANCE_TRIALS, import_importance, importance
+from hpo.dashboards.parallel import decade_ticks
 from hpo.dashboards.sampling import completed, sample, sampled_note
 from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
 
@@ -63,6 +64,12 @@ def axis_layout(axis: Axis) -> dict[str, Any]:
         return {"type": "linear", "tickmode": "array", "tickvals": list(range(len(axis.labels))),
                 "ticktext": [plain(x, 16) for x in axis.labels],
                 "range": [-0.5, len(axis.labels) - 0.5]}
+    ticks = decade_ticks(axis.values) if axis.kind == "log" else []
+    if ticks:
+        # Plotly labels a log axis "2 3 4 ... 100 2 3": 2 cannot be told from 20.
+        # Whole numbers at 1-2-5 steps instead, as the parallel coordinates do.
+        return {"type": "log", "tickmode": "array", "tickvals": ticks,
+                "ticktext": [f"{t:g}" for t in ticks], "autorange": True}
     return {"type": axis.kind, "tickmode": "auto", "tickvals": None, "ticktext": None,
             "autorange": True}
 
@@ -137,28 +144,40 @@ def contour(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fi
     pairs = [chosen] if x is not None and y is not None else \
         [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     values = np.fromiter((t.value for t in done), float, len(done))
-    shown = _sample_index(len(done), MAX_CONTOUR_POINTS)
     axes = {n: axis_of(snap, n, done) for n in dict.fromkeys(n for p in pairs for n in p)}
-    note = f"colour: mean of the {len(done)} completed trials in each cell"
-    if len(shown) < len(done):
-        note += f"; points: {sampled_note(len(shown), len(done))}"
-    fig = go.Figure(layout=base_layout(f"{title}<br><sup>{note}</sup>", height=560))
+    fig = go.Figure(layout=base_layout(title, height=560))
     buttons = []
     for k, (a, b) in enumerate(pairs):
+        # Only the trials that set both parameters are drawn (conditional spaces).
+        drawn = np.flatnonzero(np.isfinite(axes[a].values) & np.isfinite(axes[b].values))
+        shown = drawn[_sample_index(len(drawn), MAX_CONTOUR_POINTS)]
         for trace in _pair_traces(axes[a], axes[b], values, shown, snap, visible=k == 0):
             fig.add_trace(trace)
         visible = [j // 2 == k for j in range(2 * len(pairs))]
-        layout = {"xaxis.title.text": plain(a), "yaxis.title.text": plain(b),
+        layout = {"title.text": f"{title}<br><sup>{_contour_note(len(drawn), len(shown), len(done))}</sup>",
+                  "xaxis.title.text": plain(a), "yaxis.title.text": plain(b),
                   **{f"xaxis.{key}": v for key, v in axis_layout(axes[a]).items()},
                   **{f"yaxis.{key}": v for key, v in axis_layout(axes[b]).items()}}
         buttons.append({"label": plain(f"{short(a, 20)} × {short(b, 20)}"), "method": "update",
                         "args": [{"visible": visible}, layout]})
         if k == 0:
-            fig.update_layout(xaxis={"title": {"text": plain(a)}, **axis_layout(axes[a])},
+            fig.update_layout(title_text=layout["title.text"],
+                              xaxis={"title": {"text": plain(a)}, **axis_layout(axes[a])},
                               yaxis={"title": {"text": plain(b)}, **axis_layout(axes[b])})
     if len(pairs) > 1:
         fig.update_layout(updatemenus=[menu(buttons, direction="down")])
     return fig
+
+
+def _contour_note(drawn: int, shown: int, completed: int) -> str:
+    """What the colour and the points stand for, counting the trials drawn: a
+    conditional parameter is set in only some of the completed trials."""
+    which = f"{drawn} completed trials" if drawn == completed else \
+        f"{drawn} of the {completed} completed trials that set both parameters"
+    note = f"colour: mean of the {which} in each cell"
+    if shown < drawn:
+        note += f"; points: {sampled_note(shown, drawn)}"
+    return note
 
 
 def pair(names: list[str], x: str | None, y: str | None) -> tuple[str, str] | None:

@@ -25,15 +25,20 @@ from hpo.dashboards.views import (
 )
 from hpo.store.records import TrialStatus
 
-__all__ = ["make_app", "PAGE_SIZE"]
+__all__ = ["make_app", "PAGE_SIZE", "CSV_ALL", "CSV_ALL_BUSY"]
 
 PAGE_SIZE = 50
+CSV_ALL, CSV_ALL_BUSY = "CSV: every trial (as hpo export)", "Writing the CSV of every trial…"
 _GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
 # A live refresh re-draws the open view; Dash's default hides it until the new
 # one arrives, so a slow refresh blanked the page under the reader's eyes.
 _STILL_SHOWN = {"visibility": "visible", "opacity": 0.6}
 _HIDDEN, _SHOWN = {"display": "none"}, {"display": "block", "margin": "0.6em 0"}
 _STATES = [s.value for s in TrialStatus]
+# Parallel coordinates: hovering a line makes Plotly emit a hover event without
+# the "points" Dash's graph reads (a TypeError in the console at every line
+# crossed); parcoords shows nothing on hover, so its picking layer takes no mouse.
+_PAGE_CSS = ".js-plotly-plot .gl-canvas-pick { pointer-events: none !important; }"
 # Tabs as wide as their labels (Dash shares the row out equally and cuts them).
 _TAB = {"flex": "0 0 auto", "padding": "6px 14px", "lineHeight": "20px", "whiteSpace": "nowrap"}
 _TAB_SELECTED = {**_TAB, "fontWeight": "bold"}
@@ -63,6 +68,8 @@ def make_app(readers: StoreReader | Sequence[StoreReader], refresh_s: float = 5.
         html.H2(f"hpo: {snap.name}", id="title", style={"marginBottom": "0.2em"}),
         picker,
         html.Div(id="summary", style={"color": "#555", "marginBottom": "0.6em"}),
+        # What the user's own code set on the study (optuna's study.set_user_attr).
+        html.Details(id="study-attrs", style=_HIDDEN),
         dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="version"), dcc.Store(id="tab", data=LEADERBOARD), dcc.Store(id="brush", data={}),
         # The frame's tabs, so a first read that finds the same ones redraws none.
@@ -75,6 +82,7 @@ def make_app(readers: StoreReader | Sequence[StoreReader], refresh_s: float = 5.
         _axis_picker(),
         dcc.Loading(html.Div(id="view"), delay_show=300, overlay_style=_STILL_SHOWN),
     ])
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}\n<style>" + _PAGE_CSS + "</style>")
     _wire(app, readers, names)
     return app
 
@@ -141,7 +149,8 @@ def _board(snap: Snapshot) -> html.Div:
                                    inputStyle={"marginRight": "0.25em"},
                                    labelStyle={"marginRight": "0.9em"}),
                      html.Span(style={"flex": "1 1 auto"}),
-                     html.Button("CSV: every trial (as hpo export)", id="csv-all", style=button),
+                     # Its label apart: Dash sets only one property of a component while it runs.
+                     html.Button(html.Span(CSV_ALL, id="csv-all-label"), id="csv-all", style=button),
                      html.Button("CSV: the rows shown", id="csv-shown", style=button),
                      dcc.Download(id="download")]),
         html.Div(id="brush-note", style=_HIDDEN, children=[
@@ -165,6 +174,7 @@ def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
 
     @app.callback(Output("version", "data"), Output("summary", "children"),
                   Output("title", "children"), Output("states", "options"),
+                  Output("study-attrs", "style"), Output("study-attrs", "children"),
                   Input("tick", "n_intervals"), Input("study", "value"),
                   State("version", "data"), State("tab", "data"))
     def _poll(_: Any, study: str | None, known: str | None, tab: str | None):
@@ -174,8 +184,9 @@ def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
             version += "".join(f"|{r.snapshot().version}" for r in readers)
         options = [{"label": f"{state} {n}", "value": state}
                    for state, n in leaderboard.state_counts(snap)]
-        return (dash.no_update if version == known else version), summary(snap), \
-            f"hpo: {snap.name}", options
+        if version == known:
+            return dash.no_update, summary(snap), f"hpo: {snap.name}", options, *(dash.no_update,) * 2
+        return version, summary(snap), f"hpo: {snap.name}", options, *_study_attrs(snap)
 
     @app.callback(*[Output(_tabs_id(g), "children") for g in GROUPS], Output("tab-keys", "data"),
                   Input("version", "data"), State("study", "value"), State("tab-keys", "data"),
@@ -274,16 +285,22 @@ def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
         return (rows, max(1, -(-len(selected) // size)), cols, leaderboard.tooltips(snap, rows),
                 message, *note)
 
-    @app.callback(Output("download", "data"),
-                  Input("csv-all", "n_clicks"), Input("csv-shown", "n_clicks"),
+    # Every trial takes seconds at 100,000 of them: the button says it is at work.
+    @app.callback(Output("download", "data"), Input("csv-all", "n_clicks"), State("study", "value"),
+                  running=[(Output("csv-all", "disabled"), True, False),
+                           (Output("csv-all-label", "children"), CSV_ALL_BUSY, CSV_ALL)],
+                  prevent_initial_call=True)
+    def _download_all(_: Any, study: str | None):
+        snap = reader(study).snapshot()  # what hpo export --format csv writes
+        return dcc.send_string(leaderboard.export_csv(snap), f"{snap.name}.csv", type="text/csv")
+
+    @app.callback(Output("download", "data", allow_duplicate=True), Input("csv-shown", "n_clicks"),
                   State("study", "value"), State("leaderboard", "sort_by"),
                   State("leaderboard", "filter_query"), State("states", "value"), State("brush", "data"),
                   prevent_initial_call=True)
-    def _download(_: Any, __: Any, study: str | None, sort_by: list | None, filter_query: str | None,
-                  shown_states: list | None, brush: dict | None):
+    def _download_shown(_: Any, study: str | None, sort_by: list | None, filter_query: str | None,
+                        shown_states: list | None, brush: dict | None):
         snap = reader(study).snapshot()
-        if ctx.triggered_id == "csv-all":  # what hpo export --format csv writes
-            return dcc.send_string(snap.result.to_csv(), f"{snap.name}.csv", type="text/csv")
         selected, _ = _table(snap, sort_by, filter_query, shown_states, _ranges(brush, study))
         return dcc.send_string(leaderboard.to_csv(selected, leaderboard.columns(snap)),
                                f"{snap.name}-shown.csv", type="text/csv")
@@ -313,6 +330,14 @@ def _hidden(snap: Snapshot, shown_states: list | None) -> set[str]:
     """The states some trial is in that the state filter leaves out."""
     shown = set(_STATES if shown_states is None else shown_states)
     return {state for state, _ in leaderboard.state_counts(snap) if state not in shown}
+
+
+def _study_attrs(snap: Snapshot) -> tuple[dict[str, str], list[Any]]:
+    """The study attributes panel (folded): shown only where the user's code set some."""
+    if not snap.user_attrs:
+        return _HIDDEN, []
+    return _SHOWN, [html.Summary(f"Study attributes ({len(snap.user_attrs)})"),
+                    trial_page.attributes_table(snap.user_attrs, "study-attrs-table")]
 
 
 def _group_of(key: str) -> str:

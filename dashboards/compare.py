@@ -45,7 +45,7 @@ def compare(snaps: tuple[Snapshot, ...], labels: tuple[str, ...]) -> go.Figure:
         if not trials:
             continue
         colour = PALETTE[i % len(PALETTE)]
-        numbers, best = best_so_far(trials, snap.maximize)
+        numbers, best, _ = best_so_far(trials, snap.maximize)
         fig.add_trace(go.Scatter(
             x=numbers, y=best, mode="lines", name=plain(label), legendgroup=str(i),
             line={"shape": "hv", "width": 2, "color": colour},

@@ -56,6 +56,8 @@ class TrialView(TrialRecord):
     # The parameters' Optuna distributions (shared with the storage), for the
     # importance evaluators.
     distributions: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # What the user's own code (objective, sampler) set on the trial, hpo's keys left out.
+    user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
@@ -72,12 +74,18 @@ class TrialView(TrialRecord):
             attempt_started_at=run.get("attempt_started_at"),
             gpu_count=float(run.get("gpu_count") or (len(gpus) if isinstance(gpus, list) else 0)),
             nodes=int(run.get("nodes") or 1), allocations=tuple(allocations_of(trial)),
+            user_attrs=users_own(trial.user_attrs),
         )
 
     @property
     def worker(self) -> str:
         """Where the trial (its last attempt) ran: ``host:pid``."""
         return worker_label(self.host, self.pid)
+
+
+def users_own(attrs: dict[str, Any]) -> dict[str, Any]:
+    """User attributes without hpo's (stores written before they moved kept them there)."""
+    return {k: v for k, v in attrs.items() if not k.startswith("hpo:")}
 
 
 def worker_label(host: str | None, pid: Any, worker: Any = None) -> str:
@@ -105,6 +113,8 @@ class Snapshot:
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: ``(metric, direction)`` of each objective of a multi-objective study; else empty.
     objectives: tuple[tuple[str, str], ...] = ()
+    #: The study's user attributes (hpo's own left out).
+    user_attrs: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def result(self) -> StudyResult:
@@ -262,10 +272,11 @@ class StoreReader:
         # a finished trial whose view came with the views snapshot.
         views = [self._finished[n] if is_placeholder(t) else self._view(t)
                  for n, t in enumerate(store.trials())]
-        return self._snapshot_of(views, "maximize" if store.maximize else "minimize", store.stop())
+        attrs = users_own(store.storage.get_study_user_attrs(store.study_id))
+        return self._snapshot_of(views, "maximize" if store.maximize else "minimize", store.stop(), attrs)
 
     def _snapshot_of(self, views: list[TrialView], direction: str,
-                     stop: dict[str, Any] | None) -> Snapshot:
+                     stop: dict[str, Any] | None, user_attrs: dict[str, Any] | None = None) -> Snapshot:
         spec = self.spec
         metrics = _metrics_of(spec)
         return Snapshot(
@@ -275,7 +286,7 @@ class StoreReader:
             if len(metrics) > 1 else (),
             direction=direction, trials=tuple(views), taken_at=time.time(),
             slots=(spec.get("search") or {}).get("parallel"),
-            stop=stop, version=_version(views), spec=spec,
+            stop=stop, version=_version(views, user_attrs or {}), spec=spec, user_attrs=user_attrs or {},
         )
 
     def _view(self, trial: optuna.trial.FrozenTrial) -> TrialView:
@@ -297,10 +308,12 @@ def _metrics_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return metric if isinstance(metric, list) and metric else [metric]
 
 
-def _version(views: list[TrialView]) -> str:
-    """Changes when anything a view draws changes (a trial, a step, an ending)."""
-    content = hash(tuple((v.number, v.state, v.value, v.steps, v.attempt, v.ended_at,
-                          len(v.events), len(v.segments)) for v in views))
+def _version(views: list[TrialView], user_attrs: dict[str, Any]) -> str:
+    """Changes when anything a view draws changes (a trial, a step, an ending,
+    a user attribute)."""
+    content = hash((tuple((v.number, v.state, v.value, v.steps, v.attempt, v.ended_at,
+                           len(v.events), len(v.segments), len(v.user_attrs)) for v in views),
+                    repr(sorted(user_attrs.items()))))
     return f"{len(views)}:{content & 0xFFFFFFFF:08x}"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -36,12 +37,19 @@ MAX_METRICS = 8
 MAX_FAILED_MARKS = 1000
 
 
+# The history's x axes, picked in the figure: each trial's number, or when it
+# ended (wall-clock time, local to the server, as on the timeline).
+_BY_NUMBER = ("trial", "linear")
+_BY_TIME = ("time ended (local)", "date")
+
+
 @functools.lru_cache(maxsize=8)
 def history(snap: Snapshot, selected: frozenset[int] | None = None) -> go.Figure:
-    """Each finished trial's metric by trial number (sampled: the best always
-    drawn), and the exact best so far; pruned and stopped trials at the value
-    they ended with, failed ones along the bottom. With ``selected`` (the
-    trials brushed in the parallel coordinates), those trials only."""
+    """Each finished trial's metric by trial number or by the time it ended
+    (a menu picks it), sampled with the best always drawn, and the exact best
+    so far; pruned and stopped trials at the value they ended with, failed
+    ones along the bottom. With ``selected`` (the trials brushed in the
+    parallel coordinates), those trials only."""
     title = f"Optimisation history: {plain(snap.metric)} ({snap.direction})"
     ranked = completed(snap)
     if selected is not None:
@@ -50,14 +58,12 @@ def history(snap: Snapshot, selected: frozenset[int] | None = None) -> go.Figure
     if not ranked:
         return message_figure(title, "No completed trial yet: the history appears with the first result."
                               if selected is None else "No completed trial in the selection.")
-    numbers, best = best_so_far(ranked, snap.maximize)
     shown = sample(ranked, MAX_HISTORY_POINTS)
     note = sampled_note(len(shown), len(ranked))
     fig = go.Figure(layout=base_layout(title + (f"<br><sup>{note}</sup>" if note else ""),
-                                       xaxis_title="trial", yaxis_title=plain(snap.metric),
-                                       updatemenus=[y_scale_menu()]))
-    fig.add_trace(_points(shown, "completed trial", {
-        "size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6}, "trial %{x}<br>%{y:.6g}"))
+                                       xaxis_title=_BY_NUMBER[0], yaxis_title=plain(snap.metric)))
+    drawn = [_points(fig, shown, "completed trial", {
+        "size": 5, "color": STATE_COLOURS["COMPLETE"], "opacity": 0.6}, "")]
     lowest = float(np.nanmin(np.fromiter((t.value for t in ranked), float, len(ranked))))
     for state in (TrialStatus.PRUNED, TrialStatus.STOPPED):
         early = [t for t in snap.trials if t.state is state and t.value is not None
@@ -65,42 +71,83 @@ def history(snap: Snapshot, selected: frozenset[int] | None = None) -> go.Figure
         if early:
             word = state.value.lower()
             lowest = min(lowest, min(t.value for t in early))
-            drawn = spread(early, MAX_EARLY_POINTS)
-            of = f", {len(drawn)} of {len(early)}" if len(drawn) < len(early) else ""
-            fig.add_trace(_points(drawn, f"{word} (value when ended{of})", {
-                "size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"},
-                f"trial %{{x}} ({word})<br>%{{y:.6g}}"))
+            thinned = spread(early, MAX_EARLY_POINTS)
+            of = f", {len(thinned)} of {len(early)}" if len(thinned) < len(early) else ""
+            drawn.append(_points(fig, thinned, f"{word} (value when ended{of})", {
+                "size": 5, "color": STATE_COLOURS[state.value], "symbol": "x"}, f" ({word})"))
     if selected is None:  # failed trials have no value to be selected by
-        _failed_rug(fig, snap, lowest)
-    fig.add_trace(go.Scatter(
-        x=numbers, y=best, mode="lines", line={"shape": "hv", "color": "#111", "width": 2},
-        name="best so far", hovertemplate="best after trial %{x}: %{y:.6g}<extra></extra>"))
+        drawn += _failed_rug(fig, snap, lowest)
+    for kind in (_BY_NUMBER[1], _BY_TIME[1]):
+        x, best, owners = best_so_far(ranked, snap.maximize, by_time=kind == "date")
+        fig.add_trace(go.Scatter(
+            x=_axis_values(x, kind), y=best, customdata=owners, mode="lines", visible=kind == "linear",
+            line={"shape": "hv", "color": "#111", "width": 2}, name="best so far",
+            hovertemplate="best after trial %{customdata}: %{y:.6g}<extra></extra>"))
+    fig.update_layout(updatemenus=[y_scale_menu(), _x_menu(drawn, fig)])
     return fig
 
 
-def best_so_far(trials: Sequence[TrialView], maximize: bool) -> tuple[np.ndarray, np.ndarray]:
+def _x_menu(drawn: list[list[TrialView]], fig: go.Figure) -> dict[str, Any]:
+    """Buttons that move every marker to its trial's number or end time, and
+    show the best-so-far line of that order (the last two traces)."""
+    lines = [fig.data[-2].x, fig.data[-1].x]
+    buttons = []
+    for k, (label, kind) in enumerate((_BY_NUMBER, _BY_TIME)):
+        xs = [_axis_values([t.ended_at if kind == "date" else t.number for t in trials], kind)
+              for trials in drawn]
+        buttons.append({"label": f"by {label.split()[0]}", "method": "update", "args": [
+            {"x": [*xs, *lines], "visible": [True] * len(drawn) + [k == 0, k == 1]},
+            {"xaxis.title.text": label, "xaxis.type": kind, "xaxis.autorange": True}]})
+    # Left of the y scale's buttons, on their row (pad: their width in pixels).
+    return {**menu(buttons), "pad": {"r": 125, "t": 2}}
+
+
+def _axis_values(values: Sequence[Any], kind: str) -> list[Any]:
+    """Trial numbers as they are; times as local date strings (None stays None: not drawn)."""
+    if kind != "date":
+        return list(values)
+    return [None if v is None else datetime.fromtimestamp(v).isoformat(sep=" ", timespec="milliseconds")
+            for v in values]
+
+
+def best_so_far(trials: Sequence[TrialView], maximize: bool,
+                by_time: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The best value after each trial, exact, as the points of a step line:
-    where it changed, and the last trial."""
-    done = sorted(trials, key=lambda t: t.number)
+    where it changed, and the last trial; in trial number order, or in the
+    order they ended (``by_time``: x is the end time). Also the number of
+    the trial each point belongs to."""
+    if by_time:
+        trials = [t for t in trials if t.ended_at is not None]
+    done = sorted(trials, key=(lambda t: (t.ended_at, t.number)) if by_time else (lambda t: t.number))
+    if not done:
+        return np.array([]), np.array([]), np.array([])
     numbers = np.fromiter((t.number for t in done), float, len(done))
+    at = np.fromiter((t.ended_at for t in done), float, len(done)) if by_time else numbers
     values = np.fromiter((t.value for t in done), float, len(done))
     best = (np.maximum if maximize else np.minimum).accumulate(values)
     changed = np.flatnonzero(np.r_[True, best[1:] != best[:-1]])
-    return np.r_[numbers[changed], numbers[-1]], np.r_[best[changed], best[-1]]
+    last = len(done) - 1
+    return np.r_[at[changed], at[last]], np.r_[best[changed], best[last]], np.r_[numbers[changed], numbers[last]]
 
 
-def _points(trials: Sequence[TrialView], name: str, marker: dict[str, Any], hover: str) -> go.Scatter:
-    """Trials as markers at (number, value), in number order (SVG: a few thousand at most)."""
+def _points(fig: go.Figure, trials: Sequence[TrialView], name: str, marker: dict[str, Any],
+            word: str) -> list[TrialView]:
+    """Trials as markers at (number, value), in number order (SVG: a few
+    thousand at most); returns them in the order drawn."""
     trials = sorted(trials, key=lambda t: t.number)
-    return go.Scatter(
-        x=np.fromiter((t.number for t in trials), float, len(trials)),
-        y=np.fromiter((t.value for t in trials), float, len(trials)),
-        mode="markers", name=name, marker=marker, hovertemplate=hover + "<extra></extra>")
+    numbers = np.fromiter((t.number for t in trials), float, len(trials))
+    fig.add_trace(go.Scatter(
+        x=numbers, y=np.fromiter((t.value for t in trials), float, len(trials)), customdata=numbers,
+        mode="markers", name=name, marker=marker,
+        hovertemplate=f"trial %{{customdata}}{word}<br>%{{y:.6g}}<extra></extra>"))
+    return trials
 
 
-def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
+def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> list[list[TrialView]]:
     """Trials without a value (failed, timed out) as marks at the lowest value
-    drawn, so that where failures happen shows next to the results."""
+    drawn, so that where failures happen shows next to the results; returns
+    the trials of each trace drawn."""
+    drawn = []
     for state in (TrialStatus.FAILED, TrialStatus.TIMEOUT):
         every = [t for t in snap.trials if t.state is state]
         lost = spread(every, MAX_FAILED_MARKS)
@@ -109,10 +156,13 @@ def _failed_rug(fig: go.Figure, snap: Snapshot, at: float) -> None:
             of = f", {len(lost)} of {len(every)}" if len(lost) < len(every) else ""
             fig.add_trace(go.Scatter(
                 x=[t.number for t in lost], y=[at] * len(lost), mode="markers",
-                name=f"{word} (no value{of})", customdata=[plain(t.error or word, 120) for t in lost],
+                name=f"{word} (no value{of})",
+                customdata=[[t.number, plain(t.error or word, 120)] for t in lost],
                 marker={"size": 8, "color": STATE_COLOURS[state.value], "symbol": "line-ns-open",
                         "line": {"width": 2, "color": STATE_COLOURS[state.value]}},
-                hovertemplate=f"trial %{{x}} {word}<br>%{{customdata}}<extra></extra>"))
+                hovertemplate=f"trial %{{customdata[0]}} {word}<br>%{{customdata[1]}}<extra></extra>"))
+            drawn.append(lost)
+    return drawn
 
 
 @functools.lru_cache(maxsize=4)

@@ -27,7 +27,7 @@ from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.sampling import completed, sample
 from hpo.dashboards.style import base_layout, menu, message_figure, plain
 
-__all__ = ["importance", "import_importance", "scores", "Score", "MIN_IMPORTANCE_TRIALS"]
+__all__ = ["importance", "import_importance", "scores", "why_none", "Score", "MIN_IMPORTANCE_TRIALS"]
 
 # Fewer than this and nothing can be said; up to ~30 it is a rough hint, and
 # the whiskers say so.
@@ -67,7 +67,7 @@ def importance(snap: Snapshot) -> go.Figure:
     except _ERRORS as exc:
         return message_figure(title, f"Importance cannot be computed for this study: {exc}")
     if not any(found[0]):
-        return message_figure(title, "No parameter varies among the completed trials.")
+        return message_figure(title, why_none(done, objectives[0][0]))
     fig = go.Figure(layout=base_layout(
         f"{title}<br><sup>{_note(snap, found[0], len(done))}</sup>", xaxis_title="importance",
         xaxis_rangemode="tozero", height=max(300, 100 + 40 * max(map(len, found)))))
@@ -80,6 +80,21 @@ def importance(snap: Snapshot) -> go.Figure:
                       {"title.text": f"{title}<br><sup>{_note(snap, found[k], len(done))}</sup>"}]}
             for k, (name, _) in enumerate(objectives)], direction="down")])
     return fig
+
+
+def why_none(done: list[TrialView], metric: str) -> str:
+    """Why the completed trials ``done`` give no importance, and what will."""
+    values = {_value(t, 0) for t in done}
+    if len(values) == 1:
+        return (f"No importance yet: all {len(done)} completed trials gave the same {metric} "
+                f"({next(iter(values)):.6g}), so no parameter explains a difference. It appears "
+                "once completed trials give different values.")
+    if len({repr(sorted(t.params.items())) for t in done}) == 1:
+        return (f"No importance yet: all {len(done)} completed trials ran the same parameters. "
+                "It appears once trials with other parameters complete.")
+    return (f"No importance yet: fANOVA found no parameter along which the {len(done)} completed "
+            f"trials' {metric} varies (a parameter set in only some trials needs "
+            f"{MIN_IMPORTANCE_TRIALS} of them). It appears as more trials complete.")
 
 
 def _usable(snap: Snapshot) -> list[TrialView]:
@@ -136,7 +151,8 @@ def _scored(trials: list[TrialView], names: list[str], objective: int, direction
     if len(trials) < MIN_IMPORTANCE_TRIALS or not names:
         return []
     resamples = RESAMPLES if len(trials) <= 60 else RESAMPLES_MANY
-    runs = [_fanova(trials, names, objective, direction, seed) for seed in range(resamples)]
+    runs = [run for seed in range(resamples)
+            if (run := _fanova(trials, names, objective, direction, seed)) is not None]
     scored = sorted({n for run in runs for n in run})
     return [Score(n, float(np.mean([r.get(n, 0.0) for r in runs])),
                   float(np.std([r.get(n, 0.0) for r in runs])), len(trials), conditional)
@@ -191,18 +207,20 @@ _IMPORTING = threading.Lock()
 
 
 def _fanova(trials: list[TrialView], names: list[str], objective: int, direction: str,
-            seed: int) -> dict[str, float]:
+            seed: int) -> dict[str, float] | None:
     """fANOVA importances of ``names`` on a bootstrap resample (the first run
-    uses every trial once)."""
+    uses every trial once); None when its trials' values do not vary with
+    the parameters (fANOVA's trees find nothing to split)."""
     import optuna
 
     import_importance()
 
-    rng = np.random.default_rng(seed)
-    chosen = trials if seed == 0 else [trials[i] for i in rng.integers(0, len(trials), len(trials))]
+    chosen = trials if seed == 0 else _resample(trials, objective, np.random.default_rng(seed))
+    if len({_value(t, objective) for t in chosen}) < 2:
+        return None
     frozen = [optuna.trial.create_trial(
         params={n: t.params[n] for n in names}, distributions={n: t.distributions[n] for n in names},
-        value=(t.values or [t.value])[objective]) for t in chosen]
+        value=_value(t, objective)) for t in chosen]
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "new study created" line
     try:
@@ -213,5 +231,25 @@ def _fanova(trials: list[TrialView], names: list[str], objective: int, direction
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         evaluator = optuna.importance.FanovaImportanceEvaluator(n_trees=16, seed=seed)
-        found = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
+        try:
+            found = optuna.importance.get_param_importances(study, evaluator=evaluator, normalize=True)
+        except RuntimeError as exc:  # "Encountered zero total variance in all trees"
+            if "zero total variance" in str(exc):
+                return None
+            raise
     return {name: float(score) for name, score in found.items() if math.isfinite(score)}
+
+
+def _resample(trials: list[TrialView], objective: int, rng: np.random.Generator) -> list[TrialView]:
+    """A bootstrap resample of ``trials`` whose values differ (a resample of
+    equal values says nothing: among 4 trials it is drawn often); ``trials``
+    when none is found."""
+    for _ in range(20):
+        chosen = [trials[i] for i in rng.integers(0, len(trials), len(trials))]
+        if len({_value(t, objective) for t in chosen}) > 1:
+            return chosen
+    return trials
+
+
+def _value(trial: TrialView, objective: int) -> float:
+    return (trial.values or [trial.value])[objective]

@@ -26,8 +26,8 @@ from hpo.dashboards.sampling import completed, sample, sampled_note, spread
 from hpo.dashboards.style import base_layout, menu, message_figure, plain, short
 from hpo.store.records import TrialStatus
 
-__all__ = ["parallel", "Coordinate", "coordinates", "log_ticks", "INACTIVE", "MAX_PARALLEL_LINES",
-           "Brush", "axis_keys", "brushed", "frozen", "selected", "described"]
+__all__ = ["parallel", "Coordinate", "coordinates", "log_ticks", "decade_ticks", "INACTIVE",
+           "MAX_PARALLEL_LINES", "Brush", "axis_keys", "brushed", "frozen", "selected", "described"]
 
 MAX_PARALLEL_LINES = 500
 # A parameter a trial does not have (conditional spaces): a blank tick, not a value.
@@ -111,19 +111,31 @@ def _below_range(active: np.ndarray, ticks: dict[str, Any]) -> tuple[float, dict
 
 
 def log_ticks(values: np.ndarray) -> dict[str, Any]:
-    """Ticks in the parameter's own units on an axis drawn in log10:
-    every decade, and 2 and 5 times it when the range spans few decades."""
+    """Ticks in the parameter's own units on an axis drawn in log10 (see
+    :func:`decade_ticks`)."""
     finite = values[np.isfinite(values) & (values > 0)]
     if not len(finite):
         return {}
+    shown = decade_ticks(finite)
     low, high = math.log10(finite.min()), math.log10(finite.max())
+    return {"tickvals": [math.log10(t) for t in shown], "ticktext": [f"{t:g}" for t in shown],
+            "range": [low, high] if high > low else [low - 0.5, high + 0.5]}
+
+
+def decade_ticks(values: np.ndarray) -> list[float]:
+    """Where a log axis over positive ``values`` is labelled, in their units:
+    every decade, and 2 and 5 times it when the range spans few decades; the
+    ends of a range inside one decade."""
+    values = values[np.isfinite(values) & (values > 0)]
+    if not len(values):
+        return []
+    low, high = math.log10(values.min()), math.log10(values.max())
     steps = (1,) if high - low > 3 else (1, 2, 5)
     ticks = [m * 10.0 ** e for e in range(math.floor(low), math.ceil(high) + 1) for m in steps]
     shown = [t for t in ticks if low - 1e-9 <= math.log10(t) <= high + 1e-9]
     if len(shown) < 2:  # a range inside one decade: its ends
-        shown = sorted({float(f"{finite.min():.2g}"), float(f"{finite.max():.2g}")})
-    return {"tickvals": [math.log10(t) for t in shown], "ticktext": [f"{t:g}" for t in shown],
-            "range": [low, high] if high > low else [low - 0.5, high + 0.5]}
+        shown = sorted({float(f"{values.min():.2g}"), float(f"{values.max():.2g}")})
+    return shown
 
 
 # ------------------------------------------------------------------ the figure

@@ -1,15 +1,18 @@
 """One trial in full: the page a user opens to see what happened to it.
 
-Parameters, the curve of every metric it reported, its events with their
-reasons (pruned because..., suspended, resumed), its attempts and segments
-with host and PID, the whole traceback of each failure, its checkpoint
-directory and the tail of any log kept there. :func:`details` gathers the
-facts (pure data, tested without Dash); :func:`page` lays them out as Dash
-components, which escape every text they show.
+Parameters, what the objective returned apart from what it reported last,
+the user attributes its own code set, the curve of every metric it
+reported, its events with their reasons (pruned because..., suspended,
+resumed), its attempts and segments with host and PID, the whole traceback
+of each failure, its checkpoint directory and the tail of any log kept
+there. :func:`details` gathers the facts (pure data, tested without Dash);
+:func:`page` lays them out as Dash components, which escape every text they
+show.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,9 +26,10 @@ from hpo.dashboards.data import Snapshot, TrialView, worker_label
 from hpo.dashboards.style import STATE_COLOURS, base_layout, plain
 from hpo.store import RunDir
 from hpo.trial import LOG_NAME
+from hpo.trial_details import last_report, returned
 from hpo.units import format_resource_time, format_seconds, format_value
 
-__all__ = ["TrialDetails", "details", "page", "metrics_figure", "LOG_TAIL_BYTES"]
+__all__ = ["TrialDetails", "details", "page", "metrics_figure", "attributes_table", "LOG_TAIL_BYTES"]
 
 LOG_TAIL_BYTES = 32_000
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -135,10 +139,11 @@ def page(snap: Snapshot, number: int | None) -> list[Any]:
         html.H4("Parameters"), _table(["parameter", "value"], [[k, _text(v)] for k, v in t.params.items()],
                                       "trial-params"),
     ]
-    if t.metrics:
-        about += [html.H4("Last metrics"), _table(["metric", "value"],
-                                                  [[k, _text(v)] for k, v in t.metrics.items()],
-                                                  "trial-metrics")]
+    about += _metrics("Returned", returned(t, t.reports, _objective_names(snap)), "trial-returned")
+    step, last = last_report(t.reports)
+    about += _metrics(f"Last report (step {step})", last, "trial-last-report")
+    if t.user_attrs:
+        about += [html.H4("User attributes"), attributes_table(t.user_attrs, "trial-user-attrs")]
     side = [dcc.Graph(id="trial-curves", figure=metrics_figure(t), config={"displaylogo": False})] \
         if t.reports else [html.P("No step reported.", className="what")]
     parts: list[Any] = [
@@ -168,6 +173,22 @@ def page(snap: Snapshot, number: int | None) -> list[Any]:
              for s in t.segments], "trial-segments")]
     parts += _checkpoint(found)
     return parts
+
+
+def _objective_names(snap: Snapshot) -> list[str]:
+    return [name for name, _ in snap.objectives] or [snap.metric]
+
+
+def _metrics(title: str, metrics: dict[str, float], id_: str) -> list[Any]:
+    if not metrics:
+        return []
+    return [html.H4(title), _table(["metric", "value"], [[k, _text(v)] for k, v in metrics.items()], id_)]
+
+
+def attributes_table(attrs: dict[str, Any], id_: str) -> html.Table:
+    """User attributes (what the user's own code set), values as JSON but for text."""
+    rows = [[k, v if isinstance(v, str) else json.dumps(v, default=str)] for k, v in sorted(attrs.items())]
+    return _table(["attribute", "value"], rows, id_)
 
 
 def _facts(snap: Snapshot, found: TrialDetails) -> html.Ul:

@@ -43,9 +43,10 @@ def _objectives(snap: Snapshot) -> list[str]:
 
 VIEWS = (
     View("history", "History",
-         "Each trial's metric by trial number and the best so far; pruned and stopped trials at "
-         "the value they ended with, failed trials as red ticks along the bottom. Trials brushed "
-         "in the parallel coordinates are shown alone.", figures.history, takes="selection"),
+         "Each trial's metric and the best so far, by trial number or by the time it ended (the "
+         "buttons); pruned and stopped trials at the value they ended with, failed trials as red "
+         "ticks along the bottom. Trials brushed in the parallel coordinates are shown alone.",
+         figures.history, takes="selection"),
     View("edf", "EDF",
          "The empirical distribution of the completed trials' values: the share of trials at or "
          "below each value.", edf.edf),

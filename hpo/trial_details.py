@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from hpo.store.records import ENDED_BY_ATTR, allocations_of, attr_of, grouped_at
 from hpo.trial import log_path
 from hpo.units import format_number, format_resource_time, format_seconds
 
-__all__ = ["trial_details"]
+__all__ = ["trial_details", "returned", "last_report"]
 
 LOG_LINES = 40  # the end of the log shown; the path says where the rest is
 
@@ -40,10 +41,12 @@ def trial_details(run_dir: Path, number: int) -> str:
     reports, events, segments = grouped_attrs(trial)
     record = TrialRecord(**record_fields(trial, len(reports), events, segments))
     checkpoint = run.checkpoint_dir(number)
+    step, last = last_report(reports)
     sections = [
         _heading(record, trial),
         _section("parameters", [f"{k} = {json.dumps(v)}" for k, v in sorted(record.params.items())]),
-        _section("last metrics", [f"{k} = {format_number(v, 6)}" for k, v in sorted(record.metrics.items())]),
+        _section("returned", _metric_lines(returned(record, reports, _metric_names(run)))),
+        _section(f"last report (step {step})", _metric_lines(last)),
         _section(f"reports ({len(reports)} steps)", _report_table(reports)),
         _section("events", [_event_line(e) for e in events]
                  + ([f"note: it saved no checkpoint while it ran: {NO_CHECKPOINT}"]
@@ -57,6 +60,35 @@ def trial_details(run_dir: Path, number: int) -> str:
         _section(f"log ({log_path(checkpoint)})", _log_tail(log_path(checkpoint))),
     ]
     return "\n\n".join(s for s in sections if s)
+
+
+def returned(record: TrialRecord, reports: Sequence[tuple[int, dict[str, float]]],
+             names: Sequence[str]) -> dict[str, float]:
+    """What the objective returned: the trial's value under each objective's
+    name, and any other number it returned. The run record keeps the last
+    report updated with the returned numbers, so a number missing from the
+    last report, or different there, was returned."""
+    values = record.values or ([] if record.value is None else [record.value])
+    found = dict(zip(names, values))
+    _, last = last_report(reports)
+    found.update({k: v for k, v in record.metrics.items()
+                  if k not in found and (k not in last or last[k] != v)})
+    return found
+
+
+def last_report(reports: Sequence[tuple[int, dict[str, float]]]) -> tuple[int | None, dict[str, float]]:
+    """The step of the last report and its metrics (None and {} without one)."""
+    return reports[-1] if reports else (None, {})
+
+
+def _metric_names(run: RunDir) -> list[str]:
+    """The study's objectives' names, in order."""
+    metric = (run.read().get("spec") or {}).get("metric") or {}
+    return [m.get("name", "value") for m in (metric if isinstance(metric, list) else [metric])]
+
+
+def _metric_lines(metrics: dict[str, float]) -> list[str]:
+    return [f"{k} = {format_number(v, 6)}" for k, v in sorted(metrics.items())]
 
 
 def _heading(record: TrialRecord, trial: optuna.trial.FrozenTrial) -> str:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -885,3 +886,168 @@ def test_optuna_dashboard_counts_only_running_trials_and_lists_no_hpo_attributes
         server.server_close()
     assert [t["state"] for t in shown["trials"]] == ["Running", "Waiting", "Waiting", "Waiting"]
     assert shown["user_attrs"] == []
+
+
+# ------------------------------------------------------------------ what a user still trips over
+
+def peaked(config: dict, trial) -> dict:
+    """Accuracy that peaks at step 1, then falls: returns its best step's, and that step."""
+    curve = [0.5, 0.9, 0.8, 0.7]
+    for step, accuracy in enumerate(curve):
+        trial.report(step, accuracy=accuracy + config["x"] / 100)
+    return {"accuracy": max(curve) + config["x"] / 100, "best_step": 1}
+
+
+def looked_up(config: dict, trial) -> float:
+    """The value ``config["values"]`` holds at ``config["x"]``: studies with chosen values."""
+    return config["values"][config["x"]]
+
+
+def by_id(component, id_: str):
+    """The Dash component with ``id_`` under ``component`` (a list of them, or one)."""
+    for child in component if isinstance(component, list) else [component]:
+        if getattr(child, "id", None) == id_:
+            return child
+        inner = getattr(child, "children", None)
+        if isinstance(inner, (list, tuple)) or hasattr(inner, "children"):
+            found = by_id(list(inner) if isinstance(inner, (list, tuple)) else inner, id_)
+            if found is not None:
+                return found
+    return None
+
+
+def cells(table) -> list[list[str]]:
+    """A table's body as text, row by row."""
+    body = table.children[1]
+    return [[td.children for td in tr.children] for tr in body.children]
+
+
+def test_a_trial_shows_what_it_returned_apart_from_its_last_report(tmp_path):
+    """A trial that returns its best epoch's value: "last metrics" showed that
+    returned value as if it were the last report. Each is named for what it is."""
+    from hpo.trial_details import trial_details
+
+    space = toy_space("peak", "test_dashboard:peaked", metric={"name": "accuracy", "direction": "maximize"},
+                      space={"x": [0, 1]})
+    hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
+    text = trial_details(tmp_path / "peak", 1)  # hpo status RUN_DIR --trial 1
+    assert "returned:\n  accuracy = 0.91\n  best_step = 1\n" in text
+    assert "last report (step 3):\n  accuracy = 0.71\n" in text
+    assert "last metrics" not in text
+    page = trial_page.page(load_snapshot(tmp_path / "peak"), 1)
+    assert "Returned" in str(page) and "Last report (step 3)" in str(page) and "Last metrics" not in str(page)
+    assert cells(by_id(page, "trial-returned")) == [["accuracy", "0.91"], ["best_step", "1"]]
+    assert cells(by_id(page, "trial-last-report")) == [["accuracy", "0.71"]]
+
+
+def test_user_attributes_of_the_study_and_its_trials_are_shown(tmp_path):
+    """What a user's own code (objective, sampler, Optuna directly) set as user
+    attributes; hpo's own keys (kept there by older stores) stay out."""
+    from hpo.dashboards import app as dash_app
+    from hpo.store import JournalFile
+
+    run_dir = write_study(tmp_path / "attrs", 12, workers=2, seed=3, running=2, name="attrs")
+    reader = StoreReader(run_dir, write_views=False)
+    assert reader.snapshot().user_attrs == {}
+    storage = optuna.storages.JournalStorage(JournalFile(str(run_dir / "journal.log")))
+    study_id = storage.get_study_id_from_name("attrs")
+    storage.set_study_user_attr(study_id, "dataset", "digits v2")
+    storage.set_study_user_attr(study_id, "hpo:stop", None)  # an older store's decision
+    running = next(t for t in storage.get_all_trials(study_id) if not t.state.is_finished())
+    storage.set_trial_user_attr(running._trial_id, "sampler", {"kind": "mine", "round": 3})
+    snap = reader.snapshot()  # the new attributes are news: read again
+    assert snap.user_attrs == {"dataset": "digits v2"}
+    assert snap.by_number[running.number].user_attrs == {"sampler": {"kind": "mine", "round": 3}}
+    page = trial_page.page(snap, running.number)
+    assert cells(by_id(page, "trial-user-attrs")) == [["sampler", '{"kind": "mine", "round": 3}']]
+    style, (summary_line, table) = dash_app._study_attrs(snap)
+    assert style != {"display": "none"} and summary_line.children == "Study attributes (1)"
+    assert cells(table) == [["dataset", "digits v2"]]
+
+
+def test_history_can_be_drawn_on_wall_clock_time(rich_study):
+    snap = load_snapshot(rich_study)
+    fig = figures.history(snap)
+    by_trial, by_time = fig.layout.updatemenus[1].buttons
+    assert (by_trial.label, by_time.label) == ("by trial", "by time")
+    assert by_time.args[1]["xaxis.type"] == "date" and by_trial.args[1]["xaxis.type"] == "linear"
+    points = fig.data[0]  # the completed trials: the same markers, moved to when each ended
+    ended = {t.number: t.ended_at for t in snap.trials}
+    assert [datetime.fromisoformat(x).timestamp() for x in by_time.args[0]["x"][0]] == \
+        pytest.approx([ended[int(n)] for n in points.customdata], abs=1e-3)
+    assert list(by_trial.args[0]["x"][0]) == list(points.x)
+    # The best so far in the order trials ended: a line of its own, shown with its axis.
+    line = fig.data[-1]
+    assert line.name == "best so far" and line.visible is False and by_time.args[0]["visible"][-2:] == [False, True]
+    times = [datetime.fromisoformat(x).timestamp() for x in line.x]
+    assert times == sorted(times) and list(line.y) == sorted(line.y)
+    assert line.y[-1] == max(t.value for t in figures.completed(snap))
+
+
+def test_log_parameters_are_labelled_with_whole_numbers(rich_study):
+    """Plotly's own log labels read "2 3 4 ... 100 2 3": 2 cannot be told from 20."""
+    snap = load_snapshot(rich_study)
+    wanted = {f"{m * 10.0 ** e:g}" for e in range(-5, 1) for m in (1, 2, 5)}
+    panel = snap.param_names.index("lr") + 1
+    slices = analysis.slices(snap).layout[f"xaxis{panel if panel > 1 else ''}"]
+    contour = analysis.contour(snap, "lr", "batch").layout.xaxis
+    ranked = rank.rank(snap, "batch", "lr").layout.yaxis
+    for axis in (slices, contour, ranked):  # lr, each time
+        assert axis.type == "log" and axis.tickmode == "array"
+        assert len(axis.ticktext) >= 2 and set(axis.ticktext) <= wanted
+        assert [f"{v:g}" for v in axis.tickvals] == list(axis.ticktext)
+    # The static report's contour menu sets the same labels for each pair.
+    layouts = [b.args[1] for b in analysis.contour(snap).layout.updatemenus[0].buttons]
+    assert any(lay.get("xaxis.ticktext") and set(lay["xaxis.ticktext"]) <= wanted for lay in layouts)
+
+
+def test_contour_counts_the_trials_it_draws(conditional):
+    """A conditional parameter is set in only some trials: the subtitle counts those."""
+    snap = load_snapshot(conditional)
+    done = analysis.usable(snap)
+    setting = [t for t in done if "l1_ratio" in t.params]
+    assert 3 <= len(setting) < len(done)
+    fig = analysis.contour(snap, "l1_ratio", "learning_rate")
+    assert (f"mean of the {len(setting)} of the {len(done)} completed trials that set both parameters"
+            in fig.layout.title.text)
+    full = analysis.contour(snap, "units", "learning_rate")
+    assert f"mean of the {len(done)} completed trials in each cell" in full.layout.title.text
+    # In the report's menu, each pair says its own count.
+    titles = [b.args[1]["title.text"] for b in analysis.contour(snap).layout.updatemenus[0].buttons]
+    assert any(f"{len(setting)} of the {len(done)}" in t for t in titles)
+    assert any(f"mean of the {len(done)} completed trials in each cell" in t for t in titles)
+
+
+def _looked_up_study(runs: Path, name: str, values: list[float]) -> Path:
+    space = toy_space(name, "test_dashboard:looked_up", space={"x": list(range(len(values)))},
+                      fixed={"values": values})
+    hpo.run(space, engine="inline", runs_dir=runs, progress=False)
+    return runs / name
+
+
+def test_importance_of_four_trials_with_equal_values_says_why_there_is_none_yet(tmp_path):
+    """The tutorial's study at 4 completed trials showed fANOVA's "Encountered
+    zero total variance in all trees": a bootstrap resample of trials with
+    equal values. Resamples whose values differ are drawn; when every trial
+    gave the same value, the view says so and what makes importance appear."""
+    ties = load_snapshot(_looked_up_study(tmp_path, "ties", [0.95, 0.95, 0.9, 0.9]))
+    fig = importance.importance(ties)
+    assert isinstance(fig.data[0], go.Bar) and list(fig.data[0].y) == ["x"]
+    flat = load_snapshot(_looked_up_study(tmp_path, "flat", [0.95] * 4))
+    message = importance.importance(flat).layout.annotations[0].text
+    assert "all 4 completed trials gave the same value (0.95)" in message
+    assert "appears once completed trials give different values" in message
+    assert "variance" not in message
+
+
+def test_the_csv_of_every_trial_is_the_export_and_shows_it_is_at_work(rich_study):
+    from hpo.dashboards import app as dash_app
+    from hpo.results import StudyResult
+
+    snap = load_snapshot(rich_study)
+    assert leaderboard.export_csv(snap) == StudyResult.load(rich_study).to_csv()
+    assert leaderboard.export_csv(snap) is leaderboard.export_csv(snap)  # a second click: at once
+    app = dash_app.make_app(StoreReader(rich_study))
+    spec = next(c for c in app._callback_list if c["inputs"] == [{"id": "csv-all", "property": "n_clicks"}])
+    assert spec["running"]["running"] == {"csv-all.disabled": True, "csv-all-label.children": dash_app.CSV_ALL_BUSY}
+    assert spec["running"]["runningOff"]["csv-all-label.children"] == dash_app.CSV_ALL

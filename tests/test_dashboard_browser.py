@@ -547,3 +547,66 @@ def test_one_dashboard_serves_a_runs_directory_with_a_picker_and_a_comparison(br
                          ["beta", load_snapshot(beta).result.best.value]]
         assert errors == []
         page.close()
+
+
+def console_errors(page) -> list[str]:
+    """Collects what the page logs as an error in its console, and what it throws."""
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    return errors
+
+
+def settled(page) -> None:
+    """Wait until every console message the page sent so far has arrived: they
+    come in order, so a message logged now arrives after them."""
+    with page.expect_console_message(lambda message: message.text == "settled", timeout=WAIT_MS):
+        page.evaluate("console.log('settled')")
+
+
+def test_hovering_the_parallel_coordinates_logs_no_console_error(page):
+    """Plotly's hover event over a parcoords line has no "points", which Dash's
+    graph reads: a TypeError at each line crossed."""
+    errors = console_errors(page)
+    open_tab(page, "Parallel coordinates")
+    wait_for_plot(page, "#graph-parallel")
+    page.wait_for_selector("#graph-parallel .axis-brush", timeout=WAIT_MS)
+    axes = page.evaluate("Array.from(document.querySelectorAll('#graph-parallel .axis-brush .background'))"
+                         ".map(b => { const r = b.getBoundingClientRect(); return [r.x + r.width / 2, r.y, r.height]; })")
+    (first, top, height), (second, _, _) = axes[:2]
+    # Down the middle between the first two axes, a pixel at a time: every line is crossed.
+    page.mouse.move((first + second) / 2, top)
+    page.mouse.move((first + second) / 2, top + height, steps=int(height))
+    page.mouse.move((first + second) / 2, top + height / 2, steps=int(height / 2))
+    settled(page)
+    assert errors == []
+
+
+def test_the_csv_of_every_trial_says_it_is_being_written(page):
+    """At 100,000 trials it takes seconds: meanwhile the button says so and is disabled."""
+    from hpo.dashboards.app import CSV_ALL, CSV_ALL_BUSY
+
+    held = []
+
+    def hold_the_csv(route):
+        if '"download.data"' in (route.request.post_data or ""):
+            held.append(route)  # answered when the test says so
+        else:
+            route.continue_()
+
+    page.route(lambda url: "/_dash-update-component" in url, hold_the_csv)
+    assert page.locator("#csv-all").inner_text() == CSV_ALL
+    page.locator("#csv-all").click()
+    page.wait_for_function(f"(b => b.disabled && b.innerText === {CSV_ALL_BUSY!r})"
+                           "(document.querySelector('#csv-all'))", timeout=WAIT_MS)
+    for _ in range(WAIT_MS // 50):  # the request is held as it leaves
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert len(held) == 1
+    with page.expect_download(timeout=WAIT_MS) as download:
+        held[0].continue_()
+    page.wait_for_function(f"(b => !b.disabled && b.innerText === {CSV_ALL!r})"
+                           "(document.querySelector('#csv-all'))", timeout=WAIT_MS)
+    assert Path(download.value.path()).read_text().startswith("number,state,value")
+    assert page.errors == []
