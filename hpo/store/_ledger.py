@@ -100,6 +100,10 @@ class Ledger(abc.ABC):
     def study(self) -> StudyView:
         """The study's decisions."""
 
+    @abc.abstractmethod
+    def objectives(self) -> int | None:
+        """How many values a trial of the study ends with (None: not known yet)."""
+
     def wrote(self, writes: list[tuple[str, int, Any, Any]]) -> None:
         """The relay made these writes (a database ledger learns from them;
         the journal's follows the records instead)."""
@@ -137,6 +141,7 @@ class JournalLedger(Ledger):
         self._live: dict[int, TrialView] = {}
         self._ended: dict[int, tuple[str, float | None]] = {}
         self._study = StudyView()
+        self._objectives: int | None = None
         # The study's attributes the master decides, user (an earlier version's) and system.
         self._study_attrs: dict[int, dict[str, Any]] = {2: {}, 3: {}}
 
@@ -148,6 +153,9 @@ class JournalLedger(Ledger):
 
     def study(self) -> StudyView:
         return self._study
+
+    def objectives(self) -> int | None:
+        return self._objectives
 
     def apply(self, record: dict[str, Any]) -> None:
         """Follow one journal record, as Optuna's replay would."""
@@ -175,6 +183,8 @@ class JournalLedger(Ledger):
         if name == self.study_name:
             self._study_id = self._next_study
             self._study, self._study_attrs = StudyView(), {2: {}, 3: {}}
+            directions = record.get("directions")
+            self._objectives = len(directions) if isinstance(directions, list) else None
         self._next_study += 1
 
     def _delete_study(self, study_id: Any) -> None:
@@ -245,6 +255,7 @@ class StorageLedger(Ledger):
         super().__init__(pruning)
         self.storage, self.study_name = storage, study_name
         self._study: tuple[float, StudyView] | None = None
+        self._objectives: int | None = None
         self._live: dict[int, TrialView] = {}
         self._ended: dict[int, tuple[str, float | None]] = {}
         if pruning is not None:
@@ -252,6 +263,14 @@ class StorageLedger(Ledger):
 
     def _study_id(self) -> int:
         return self.storage.get_study_id_from_name(self.study_name)
+
+    def objectives(self) -> int | None:
+        if self._objectives is None:
+            try:
+                self._objectives = len(self.storage.get_study_directions(self._study_id()))
+            except KeyError:
+                return None  # created later
+        return self._objectives
 
     def _learn_stored(self, pruning: Pruning) -> None:
         try:

@@ -36,7 +36,8 @@ from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, encode, read_frame, split_relay,
+    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, check_request, encode, read_frame,
+    split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
@@ -320,6 +321,9 @@ class TrialLink:
                 self.direct = False
                 return self._answered(answer)
         self.direct = True
+        # What the relay would refuse is not written around it either
+        # (MalformedRequest, a ValueError: the caller's fault, not the machine's).
+        check_request(message)
         return here() if here is not None else self._here(message)
 
     def _connection(self) -> RelayConnection:

@@ -56,7 +56,8 @@ from hpo.errors import StoreUnavailable
 from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, decode, encode, relay_url, split_relay,
+    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, MalformedRequest, check_request,
+    decode, encode, relay_url, split_relay,
 )
 from hpo.store._study import database_kwargs
 from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
@@ -82,13 +83,42 @@ _RECEIVE = 1 << 16  # bytes asked of a socket at once  # the journal's worker id
 
 def relay_interface(local: bool) -> tuple[str, str | None]:
     """Where the relay listens and the name writers reach it by: this machine
-    only for local workers; else every interface, by this host's name.
-    ``HPO_RELAY_HOST`` names the interface (an address or host name) instead,
-    e.g. the high-speed network's."""
+    only for local workers; else the one interface workers reach: the
+    address this host's name stands for, by that name. Where the name stands
+    for a loopback address here (``127.0.1.1`` in many ``/etc/hosts``), or
+    for none, the interface of this host's route out, by its address.
+    ``HPO_RELAY_HOST`` names the interface (an address or host name)
+    instead, e.g. the high-speed network's. Never every interface: any host
+    that reaches the port could then speak to the relay."""
     chosen = os.environ.get("HPO_RELAY_HOST")
     if chosen:
         return chosen, chosen
-    return ("127.0.0.1", None) if local else ("", socket.getfqdn())
+    if local:
+        return "127.0.0.1", None
+    name = socket.getfqdn()
+    address = _address_of(name)
+    if address is not None and not address.startswith("127."):
+        return address, name
+    outward = _outward_address()
+    return outward, outward
+
+
+def _address_of(name: str) -> str | None:
+    try:
+        return socket.gethostbyname(name)
+    except OSError:
+        return None
+
+
+def _outward_address() -> str:
+    """The address of the interface this host's traffic leaves by (a UDP
+    socket's connect sends nothing); loopback on a host without a route."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: routed as any address, never used
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
 
 
 @dataclass(eq=False)
@@ -420,7 +450,8 @@ class StudyRelay:
 
     def _greet(self, peer: _Peer, hello: dict[str, Any]) -> bool:
         token = hello.get("hello")
-        good = isinstance(token, str) and secrets.compare_digest(token.encode(), self._token.hex().encode())
+        good = isinstance(token, str) and secrets.compare_digest(
+            token.encode(errors="surrogatepass"), self._token.hex().encode())  # any str a stranger sends
         if not good or hello.get("v") != VERSION:
             self._drop(peer)  # not hpo's client, or another version: never let it write
             return False
@@ -520,8 +551,10 @@ class StudyRelay:
         for peer, message in requests:
             try:
                 answer, writes = self._admit(message)
+            except MalformedRequest as exc:  # refused alone: the relay goes on
+                answer, writes = _refusal(message, error=f"malformed request: {exc}"), None
             except (KeyError, ValueError, TypeError) as exc:
-                answer, writes = _refusal(message, f"malformed request: {type(exc).__name__}: {exc}"), None
+                answer, writes = _refusal(message, error=f"malformed request: {type(exc).__name__}: {exc}"), None
             if answer is not None:
                 self._send(peer, answer)
             if writes is None:
@@ -657,9 +690,11 @@ class StudyRelay:
         return stored
 
     def _admit(self, message: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Write] | None]:
-        """Check a request against the ledger: the answer to send now (a
-        refusal, or a start's), and the writes to make (None: none)."""
-        trial_id = int(message["trial"])
+        """Check a request against the protocol and the ledger: the answer to
+        send now (a refusal, or a start's), and the writes to make (None:
+        none). :class:`MalformedRequest` when it breaks the protocol."""
+        check_request(message)
+        trial_id = message["trial"]
         ended = self.ledger.ended(trial_id)
         if ended is not None:
             return _refusal(message, halt="ended", status=ended[0], value=ended[1]), None
@@ -673,11 +708,16 @@ class StudyRelay:
             return self._start(message, view, token)
         if view.run.get("token") != token or not attempt_open(view.run):
             return _refusal(message, halt="superseded"), None
-        writes = writes_of(message)
-        for kind, _, key, value in writes:
-            if kind == "attr" and key == RUN_ATTR and (value or {}).get("token") != token:
-                raise ValueError("a run record must carry its attempt's token")
-        return None, writes
+        if message["op"] == "end":
+            self._check_values(message.get("values"))
+        return None, writes_of(message)
+
+    def _check_values(self, values: list[float] | None) -> None:
+        """One value per objective of the study, as Optuna stores a trial's."""
+        objectives = self.ledger.objectives()
+        if values is not None and objectives is not None and len(values) != objectives:
+            raise MalformedRequest("values", f"must hold {objectives} finite number(s), one per "
+                                             f"objective of the study, not {len(values)}")
 
     def _start(self, message: dict[str, Any], view: Any,
                token: str) -> tuple[dict[str, Any], list[Write]]:
@@ -796,7 +836,8 @@ def _plain_ok(number: Any) -> bytes:
 
 def _refusal(message: dict[str, Any], halt: str | None = None, error: str | None = None,
              **details: Any) -> dict[str, Any]:
-    answer: dict[str, Any] = {"id": message.get("id"), "ok": False}
+    number = message.get("id")  # a malformed one is not echoed: it may not encode
+    answer: dict[str, Any] = {"id": number if type(number) is int else None, "ok": False}
     if halt is not None:
         answer["halt"] = halt
         answer.update(details)

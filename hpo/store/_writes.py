@@ -33,7 +33,7 @@ WORKER_KEYS = (RUN_ATTR, PROFILE_ATTR, SEGMENT_ATTR, EVENT_ATTR)
 
 def writes_of(request: dict[str, Any]) -> list[Write]:
     """The writes of a request (``start`` excepted: the relay builds its run
-    record). KeyError or ValueError when the request is malformed."""
+    record), which :func:`hpo.store._protocol.check_request` passed."""
     op, trial = request["op"], int(request["trial"])
     if op == "report":
         step = int(request["step"])
@@ -54,7 +54,8 @@ def writes_of(request: dict[str, Any]) -> list[Write]:
         if request.get("segment"):
             key, record = request["segment"]
             writes.append(("attr", trial, str(key), record))
-        writes.append(("state", trial, status, request.get("values")))
+        values = request.get("values")  # floats, as Optuna stores them
+        writes.append(("state", trial, status, None if values is None else [float(v) for v in values]))
         return writes
     if op == "give_up":
         key, event = request["event"]
