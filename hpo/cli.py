@@ -58,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 75
     except (KeyboardInterrupt, StopRequested) as exc:
         # The engine was shut down on the way out; the store has every result.
-        if args.command == "run":
+        # In a job of hpo submit, the job's last line says how to resume instead.
+        if args.command == "run" and not os.environ.get("HPO_JOB_SAYS_RESUME"):
             print("\nhpo: interrupted; run the same command again to resume", file=sys.stderr)
         return 128 + exc.signum if isinstance(exc, StopRequested) else 130
 

@@ -18,10 +18,10 @@ from hpo.errors import UsageError
 from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob, master_runs_trials
 from hpo.launchers.dask_job import DaskJob
-from hpo.launchers.outcome import CLEAN_STOPS, explain, progress
+from hpo.launchers.outcome import CLEAN_STOPS, explain, interrupted, progress
 from hpo.launchers.records import JOBS_FILE, append_job, earlier_endings, read_ending, read_jobs
 from hpo.launchers.request import SIGNAL_SLACK_S, BatchRequest
-from hpo.launchers.site import Site, check_scratch, load_site
+from hpo.launchers.site import Site, check_scratch, check_setup, load_site
 from hpo.launchers.slurm import JobStatus, SlurmProvider, SubmitError, require
 from hpo.launchers.states import JobState
 from hpo.launchers.tracking import ACTIVE, check_free, job_statuses
@@ -140,6 +140,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         account=args.account or site.account, stop_before_s=args.stop_before_s,
         extra=tuple(args.extra or ()))
     request.check()
+    check_setup(site, args.setup or ())
     space = Path(args.space)
     if not space.is_file():
         raise UsageError(f"{args.space}: no such file.\n  fix: pass the path of a search space JSON file")
@@ -420,6 +421,8 @@ def _jobs(args: argparse.Namespace) -> int:
                          "  fix: pass runs/<study-name> of a study sent with hpo submit")
     states = job_statuses(run_dir, [r["job_id"] for r in records])
     summary = progress(run_dir)
+    if summary is not None:
+        summary["interrupted"] = interrupted(run_dir)
     if args.json:
         jobs = [{**r, **{k: v for k, v in states[r["job_id"]].to_dict().items() if v is not None},
                  "ended": read_ending(run_dir, r["job_id"]),
@@ -486,17 +489,34 @@ def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, J
 def _notes(s: JobStatus, ending: dict[str, Any] | None) -> list[str]:
     """What a job's state, and the ending its study recorded, mean for the study."""
     if s.state in ACTIVE and ending is not None:
-        said = _requeued(s, ending)  # the record is its earlier run's
+        notes = [_requeued(s, ending)]  # the record is its earlier run's
+    elif ending is not None:
+        notes = _ending_notes(ending)
     else:
-        said = explain(ending) if ending is not None else _unrecorded(s)
-        if said and ending is not None and ending.get("signal"):
-            said += "; submit the same command again to resume"
-    notes = [said]
+        notes = [_unrecorded(s)]
     if s.state is JobState.PENDING and s.reason:
         notes.append(f"waiting: {s.reason}")
     elif s.reason and (s.state is JobState.UNKNOWN or "no longer known to SLURM" in s.reason):
         notes.append(f"SLURM: {s.reason}")
     return [n for n in notes if n]
+
+
+def _ending_notes(ending: dict[str, Any]) -> list[str]:
+    """A recorded ending explained: a stop, or a failure with what the study
+    said last in the job's output (its message and fix), and how to go on."""
+    said = explain(ending)
+    if said is None:
+        return []
+    if ending.get("signal"):
+        return [f"{said}; submit the same command again to resume"]
+    lines = ending.get("said") or []
+    if not lines:
+        return [said]
+    if lines[0].startswith("hpo: "):
+        more = [f"  {line.strip()}" for line in lines[1:]]
+    else:  # no message of hpo's: the end of the output (a traceback)
+        more = ["the end of what the study printed:", *(f"  | {line}" for line in lines)]
+    return [said, *more, "once that is fixed, submit the same command again to resume"]
 
 
 def _requeued(s: JobStatus, ending: dict[str, Any]) -> str:
@@ -525,8 +545,16 @@ def _unrecorded(s: JobStatus) -> str | None:
 def _progress_line(summary: dict[str, Any] | None) -> str:
     if summary is None:
         return "study: not started yet"
-    counts = ", ".join(f"{n} {s.lower()}" for s, n in summary["counts"].items() if n) or "no trials yet"
-    line = f"study {summary['study']}: {summary['trials']} trials ({counts})"
+    # RUNNING in the store but not live: their master ended (a fault, a job killed).
+    counts = {**summary["counts"]}
+    lost = summary.get("interrupted", 0)
+    counts["RUNNING"] -= lost
+    words = [f"{n} {s.lower()}" for s, n in counts.items() if n]
+    if lost:
+        words.append(f"{lost} interrupted: left running when their master ended, resumed "
+                     "by the next run")
+    n = summary["trials"]
+    line = f"study {summary['study']}: {n} trial{'' if n == 1 else 's'} ({', '.join(words) or 'none yet'})"
     if summary["best"]:
         line += f"; best {summary['metric']}={summary['best']['value']:.6g} (trial {summary['best']['number']})"
     return line

@@ -37,7 +37,10 @@ import sys
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpo.launchers.slurm import JobStatus
 
 __all__ = ["worker_settings", "stop_grace", "restart_count", "release_own_lease", "main"]
 
@@ -283,15 +286,62 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def _ended(run_dir: Path, job_id: str, status: int, resubmit: str) -> int:
     from hpo.launchers.outcome import exit_line, study_ending
-    from hpo.launchers.records import write_ending
 
     ending = {**study_ending(run_dir, status), "restart": restart_count(os.environ)}
+    _record(run_dir, job_id, ending)  # first: SLURM may kill this soon after a stop
+    more = _seen_by_slurm(job_id, status, ending["restart"])
+    if more:
+        ending.update(more)
+        _record(run_dir, job_id, ending)
+    print(exit_line(ending, resubmit))
+    return ending["reported_exit"]
+
+
+def _seen_by_slurm(job_id: str, status: int, restart: int) -> dict[str, Any]:
+    """What SLURM adds about this run's end: ``requeued`` when it runs the job
+    again (``scontrol requeue``, a preemption: it counts the restart before
+    this run is over), and ``said``, the study's last words in the job's
+    output, for an exit that is neither a success nor a clean stop."""
+    from hpo.launchers.outcome import CLEAN_STOPS
+
+    job, more = _own_job(job_id), {}
+    if job is None:
+        return more
+    if int(job.restarts or 0) > restart:
+        more["requeued"] = True
+    if status not in (0, *CLEAN_STOPS) and job.stdout:
+        more["said"] = _study_said(Path(job.stdout))
+    return more
+
+
+def _record(run_dir: Path, job_id: str, ending: dict[str, Any]) -> None:
+    from hpo.launchers.records import write_ending
+
     try:
         write_ending(run_dir, job_id, ending)
     except OSError as exc:
         print(f"hpo: warning: could not record how the study ended: {exc}", file=sys.stderr)
-    print(exit_line(ending, resubmit))
-    return ending["reported_exit"]
+
+
+def _own_job(job_id: str) -> "JobStatus | None":
+    """This job as SLURM sees it now (restarts, output file), or None."""
+    from hpo.errors import UsageError
+    from hpo.launchers.slurm import SlurmProvider, run_command
+
+    try:
+        return SlurmProvider(lambda argv: run_command(argv, timeout=10)).status([job_id])[job_id]
+    except (OSError, UsageError, subprocess.TimeoutExpired):
+        return None
+
+
+def _study_said(output: Path) -> list[str]:
+    """What the study said last in the job's output ([] if unreadable)."""
+    from hpo.launchers.outcome import study_message
+
+    try:
+        return study_message(output.read_text(errors="replace"))
+    except OSError:
+        return []
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -19,24 +19,32 @@ Which profile: ``--site FILE``, else ``$HPO_SITE``, else
 exists; ``--site none`` uses none. Options given on the command line win over
 the profile's; ``--setup`` lines run after the profile's. Unknown keys and
 wrong types are refused (exit 2) with the key and the closest valid one.
+
+A set-up line that sources a file missing on the submitting host is
+refused at submission (:func:`check_setup`): in the job it would fail and
+the job go on without it. A site whose files exist on its compute nodes
+only turns that off with ``check_setup = false``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError, closest
 
-__all__ = ["Site", "load_site", "site_path", "check_scratch"]
+__all__ = ["Site", "load_site", "site_path", "check_scratch", "check_setup"]
 
 _TEXT = ("partition", "qos", "account", "scratch", "compss_scratch", "sc_cfg")
 _LINES = ("setup", "sbatch")
-KEYS = (*_LINES, *_TEXT)
+_FLAGS = ("check_setup",)
+KEYS = (*_LINES, *_TEXT, *_FLAGS)
 
 # A scratch path goes into the batch script inside double quotes, so that the
 # node's own variables ($TMPDIR, $SLURM_JOB_ID) expand there: only plain path
@@ -62,6 +70,9 @@ class Site:
         Extra ``#SBATCH`` options of the Dask batch script.
     sc_cfg:
         Default ``--sc-cfg`` (the COMPSs profile of the site).
+    check_setup:
+        Whether a set-up line's sourced file must exist on the submitting
+        host (False where it exists on the compute nodes only).
     source:
         The profile file, or None.
     """
@@ -74,6 +85,7 @@ class Site:
     account: str | None = None
     sbatch: tuple[str, ...] = ()
     sc_cfg: str | None = None
+    check_setup: bool = True
     source: Path | None = None
 
 
@@ -114,6 +126,11 @@ def _checked(data: dict[str, Any], path: Path) -> dict[str, Any]:
                              + f".\n  fix: use one of {', '.join(KEYS)}")
         if key in _LINES:
             values[key] = _lines(value, key, path)
+        elif key in _FLAGS:
+            if not isinstance(value, bool):
+                raise UsageError(f"{path}: {key} = {value!r}: expected true or false.\n"
+                                 f"  fix: e.g. {key} = false")
+            values[key] = value
         elif not isinstance(value, str) or not value.strip():
             raise UsageError(f"{path}: {key} = {value!r}: expected a non-empty string.\n"
                              f"  fix: e.g. {key} = \"NAME\"")
@@ -145,3 +162,40 @@ def check_scratch(value: str, where: str = "--scratch") -> None:
         raise UsageError(f"{where} {value!r}: a scratch path may hold path characters and "
                          "$NAME or ${NAME} references to the node's variables only.\n"
                          "  fix: e.g. --scratch '$TMPDIR' or --scratch /local/scratch")
+
+
+def check_setup(site: Site, extra: Sequence[str] = ()) -> None:
+    """Refuse a set-up line (the profile's, then ``--setup``'s) that sources a
+    file missing on this host: the job would print an error and go on
+    without it. A path holding a variable this host lacks is not checked
+    (the node's own, or set by an earlier line); nor anything where the
+    profile says ``check_setup = false``."""
+    if not site.check_setup:
+        return
+    lines = [(line, f"{site.source}: setup") for line in site.setup]
+    lines += [(line, "--setup") for line in extra]
+    for line, origin in lines:
+        missing = _sourced_missing(line)
+        if missing is None:
+            continue
+        profile = (f"add check_setup = false to {site.source}" if site.source else
+                   "add check_setup = false to a site profile (--site FILE)")
+        raise UsageError(
+            f"{origin}: {line!r}: {missing}: no such file on this host; in the job the line "
+            "would fail and the job go on without it.\n"
+            "  fix: correct the path (the shipped profiles' paths are examples to adapt); if "
+            f"the file exists on the compute nodes only, {profile}")
+
+
+def _sourced_missing(line: str) -> str | None:
+    """The file a ``source FILE`` (or ``. FILE``) line names, if this host lacks it."""
+    try:
+        words = shlex.split(line, comments=True)
+    except ValueError:
+        return None  # not for this check to parse: the job's shell says
+    if len(words) < 2 or words[0] not in ("source", "."):
+        return None
+    path = os.path.expanduser(os.path.expandvars(words[1]))
+    if "$" in path or Path(path).is_file():
+        return None
+    return path

@@ -9,6 +9,7 @@ controller.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ class SubmitError(UsageError):
 
     Almost always the request: a partition, QOS, account or size the site
     does not accept, so it is reported like other bad input (exit status 2).
+    When the controller was never reached, the fix says so instead.
     """
 
     def __init__(self, command: Sequence[str], returncode: int, stdout: str, stderr: str,
@@ -45,14 +47,30 @@ class SubmitError(UsageError):
         self.note = note
         said = (stderr.strip() or stdout.strip() or "no output")
         what = "printed no job id" if returncode == 0 else f"failed (exit {returncode})"
-        super().__init__(
-            f"{command[0]} {what}: {said}\n  fix: check --partition, --qos, --account, --nodes "
-            "and --time against the site's limits (sinfo, scontrol show partition); "
-            "--dry-run shows what was sent" + (f"\n  {note}" if note else ""))
+        fix = _unreachable_fix() if self.unreachable else _REQUEST_FIX
+        super().__init__(f"{command[0]} {what}: {said}\n  fix: {fix}" + (f"\n  {note}" if note else ""))
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the controller was never reached: no option sent is at fault."""
+        return "unable to contact slurm controller" in (self.stderr + self.stdout).lower()
 
     def with_note(self, note: str) -> "SubmitError":
         """The same refusal, with ``note`` (where the values sent came from) added."""
+        if self.unreachable:  # the values were never looked at
+            return self
         return SubmitError(self.command, self.returncode, self.stdout, self.stderr, note)
+
+
+_REQUEST_FIX = ("check --partition, --qos, --account, --nodes and --time against the site's "
+                "limits (sinfo, scontrol show partition); --dry-run shows what was sent")
+
+
+def _unreachable_fix() -> str:
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf (SLURM_CONF unset)"
+    return ("the SLURM controller cannot be reached from this host: check that slurmctld is "
+            f"up (scontrol ping), that the configuration used here is the cluster's ({conf}), "
+            "and that you submit from a login node of the cluster")
 
 
 @dataclass(frozen=True)

@@ -807,3 +807,94 @@ def test_the_allocation_is_sized_for_the_widest_trial(hpo, tmp_path):
     assert flags["--num_nodes"] == "4"  # and the COMPSs master's node
     status, _, err = hpo("submit", space, "--time", "30", "--gpus-per-node", "4", "--nodes", "2", "--dry-run")
     assert status == 2 and "trials on 3 nodes" in err and "--nodes 3" in err
+
+
+# ------------------------------------------- what a user reads after a job ended
+
+
+def test_submit_with_an_unreachable_controller_says_so(hpo, space, monkeypatch, tmp_path):
+    """No partition, QOS or account is at fault when sbatch never reached the
+    controller: the fix names the controller, not the request, nor the profile."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                 "Unable to contact slurm controller (connect failure)' >&2\nexit 1\n")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:/usr/bin:/bin")
+    monkeypatch.setenv("SLURM_CONF", "/etc/other/slurm.conf")
+    site = tmp_path / "site.toml"
+    site.write_text('partition = "compute"\n')
+    status, _, err = hpo("submit", space, "--time", "5", "--site", site)
+    assert status == 2 and "Unable to contact slurm controller" in err, err
+    assert "the SLURM controller cannot be reached from this host" in err
+    assert "slurmctld" in err and "/etc/other/slurm.conf" in err and "login node" in err
+    assert "--partition" not in err and "from the site profile" not in err, err
+
+
+def test_jobs_show_what_a_study_that_failed_said(hpo, slurm, tmp_path):
+    """Exit 75 (the store stopped taking writes, a fenced master): the
+    study's message and fix, kept from the job's output, not "see the
+    job's output"; the resume command, to run once it is fixed."""
+    run_dir = tmp_path / "runs" / "toy"
+    run_dir.mkdir(parents=True)
+    append_job(run_dir, {"job_id": "61", "engine": "dask", "stdout": None, "resubmit": "hpo submit again"})
+    said = ["hpo: /runs/toy/journal.log: cannot be written any more (No space left on device).",
+            "  fix: free space on /runs, then run the same command again"]
+    write_ending(run_dir, "61", {**ending(75, left_running=2), "said": said})
+    slurm({"61": job_line("61", "FAILED", "75:0")})
+    status, out, err = hpo("jobs", run_dir)
+    row = notes_of(out, "61")
+    assert status == 0, err
+    assert ("the study exited with status 75: /runs/toy/journal.log: cannot be written any more "
+            "(No space left on device).") in row, row
+    assert "  fix: free space on /runs" in row and "see the job's output" not in row
+    assert "resume: hpo submit again" in row
+
+
+def test_study_message_is_the_last_thing_the_study_said():
+    from hpo.launchers.outcome import study_message
+
+    earlier = ("hpo: starting the study\nhpo: error: an earlier run's message\n"
+               "hpo: job 7 on n1, 1 worker(s), logs in x\nhpo: 1 Dask worker(s) joined\n")
+    output = (earlier + "hpo: starting the study\nstudy toy: grid search, engine dask\n\n"
+              "hpo: /j.log: another master took this study over (epoch 3 against 2).\n"
+              "  fix: nothing to do here: the other master runs the study\n")
+    assert study_message(output) == [
+        "hpo: /j.log: another master took this study over (epoch 3 against 2).",
+        "  fix: nothing to do here: the other master runs the study"]
+    crashed = earlier + "hpo: starting the study\nTraceback (most recent call last):\nKeyError: 'x'\n"
+    assert study_message(crashed) == ["Traceback (most recent call last):", "KeyError: 'x'"]
+    assert study_message("no study started here\n") == []
+
+
+def test_a_requeued_run_says_nothing_is_to_resubmit():
+    from hpo.launchers.outcome import exit_line
+
+    stopped = {**ending(143, suspended=2), "requeued": True}
+    line = exit_line(stopped, "hpo submit again")
+    assert "SLURM requeued this job" in line and "nothing to resubmit" in line, line
+    assert "resume it with" not in line and "scancel" not in line
+    assert "resume it with: hpo submit again" in exit_line(ending(143, suspended=2), "hpo submit again")
+
+
+def test_a_clean_stop_counts_the_trials_that_saved_no_checkpoint():
+    from hpo.launchers.outcome import explain
+
+    some = explain({**ending(143, suspended=2), "no_checkpoint": 1})
+    assert "2 trials suspended, 1 of them without a checkpoint" in some, some
+    assert "with checkpoints" not in some
+    none = explain({**ending(138, suspended=1), "no_checkpoint": 1})
+    assert "1 trial suspended without a checkpoint" in none, none
+    assert "3 trials suspended with checkpoints" in explain(ending(138, suspended=3))
+
+
+def test_jobs_count_one_trial_as_one():
+    from hpo.launchers.commands import _progress_line
+
+    summary = {"study": "toy", "trials": 1, "counts": {"COMPLETE": 1, "RUNNING": 0},
+               "best": None, "metric": "value"}
+    assert _progress_line(summary) == "study toy: 1 trial (1 complete)"
+    lost = {**summary, "trials": 3, "counts": {"PENDING": 1, "RUNNING": 2}, "interrupted": 2}
+    line = _progress_line(lost)
+    assert line.startswith("study toy: 3 trials (1 pending, 2 interrupted: ") and "running" not in \
+        line.split("interrupted")[0], line

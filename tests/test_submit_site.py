@@ -25,8 +25,10 @@ def profile(tmp_path: Path, text: str, name: str = "site.toml") -> Path:
     return path
 
 
+# /gpfs/env exists on the compute nodes only: the sourced file is not checked here.
 SITE = """
 setup = ["module load python/3.11", "source /gpfs/env/bin/activate"]
+check_setup = false
 scratch = "$TMPDIR/hpo"
 partition = "acc"
 qos = "acc_debug"
@@ -152,6 +154,44 @@ def test_compss_refuses_a_node_variable_as_scratch(hpo, space):
 
 @pytest.mark.parametrize("name", ["marenostrum.toml", "generic.toml"])
 def test_shipped_profiles_make_valid_scripts(hpo, space, tmp_path, name):
-    script = script_of(hpo, space, "--time", "30", "--site", SITES / name)
+    # MareNostrum's GPFS is not mounted here: its environment is not checked.
+    site = profile(tmp_path, (SITES / name).read_text() + "\ncheck_setup = false\n", name)
+    script = script_of(hpo, space, "--time", "30", "--site", site)
     assert "set +u" in script and "DASK_TEMPORARY_DIRECTORY" in script
     check_shell(script, tmp_path, severity="warning")
+
+
+def test_a_setup_line_sourcing_a_missing_file_is_refused(hpo, space, tmp_path, monkeypatch):
+    """The shipped generic profile's environment line, uncommented but not
+    adapted: the job would print an error and go on without it. Refused at
+    submission with the line and the fix; a profile whose files exist on the
+    compute nodes only says so with check_setup = false."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    text = (SITES / "generic.toml").read_text()
+    assert '# "source $HOME/venvs/hpo/bin/activate",' in text
+    site = profile(tmp_path, text.replace('# "source', '"source'))
+    status, out, err = hpo("submit", space, "--time", "30", "--site", site, "--dry-run")
+    assert status == 2 and out == "", err
+    assert f"{site}: setup: 'source $HOME/venvs/hpo/bin/activate'" in err, err
+    assert f"{home}/venvs/hpo/bin/activate: no such file on this host" in err
+    assert f"add check_setup = false to {site}" in err and "fix:" in err
+    # Adapted (the file is there), it is accepted.
+    (home / "venvs" / "hpo" / "bin").mkdir(parents=True)
+    (home / "venvs" / "hpo" / "bin" / "activate").write_text("")
+    assert hpo("submit", space, "--time", "30", "--site", site, "--dry-run")[0] == 0
+    # A --setup line is checked too, relative to the submit directory.
+    status, _, err = hpo("submit", space, "--time", "30", "--site", "none", "--dry-run",
+                         "--setup", ". env/missing.sh")
+    assert status == 2 and "--setup: '. env/missing.sh': env/missing.sh: no such file" in err, err
+    assert "add check_setup = false to a site profile (--site FILE)" in err
+    # A variable this host lacks (the node's, or set by an earlier line) is not guessed at.
+    assert hpo("submit", space, "--time", "30", "--site", "none", "--dry-run",
+               "--setup", "source $HPO_NODE_ONLY_DIR/env.sh")[0] == 0
+    nodes_only = profile(tmp_path, 'setup = ["source /nodes/only/env.sh"]\ncheck_setup = false\n',
+                         "nodes.toml")
+    assert hpo("submit", space, "--time", "30", "--site", nodes_only, "--dry-run")[0] == 0
+    bad = profile(tmp_path, 'check_setup = "no"\n', "bad.toml")
+    status, _, err = hpo("submit", space, "--time", "30", "--site", bad, "--dry-run")
+    assert status == 2 and "check_setup = 'no': expected true or false" in err, err
