@@ -294,7 +294,8 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     cancel_pending(store, engine, flights, signal_name, hand_back=True)
     if flights:
         again = "; Ctrl-C again exits at once" if signal_name == "SIGINT" else ""
-        print(f"\nhpo: {signal_name}: letting {len(flights)} running trials checkpoint "
+        trials = "1 running trial" if len(flights) == 1 else f"{len(flights)} running trials"
+        print(f"\nhpo: {signal_name}: letting {trials} checkpoint "
               f"(up to {grace:g} s){again}", file=sys.stderr, flush=True)
     deadline = time.monotonic() + grace
     ended: list[int] = []

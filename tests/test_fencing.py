@@ -129,6 +129,29 @@ def test_a_write_around_the_relay_of_an_earlier_run_is_refused_under_the_journal
         "hpo:event:1-1", {"kind": "note"})
 
 
+def test_a_superseded_attempt_of_the_same_run_writes_nothing_around_the_relay(tmp_path):
+    """With the relay unreachable (or HPO_RELAY=off), a zombie attempt (its
+    worker hung, the trial resumed elsewhere) wakes and writes directly: the
+    run records appended since it began show another attempt holds the
+    trial, and nothing of it lands."""
+    first, _ = _relay(tmp_path, "a")
+    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
+    first.stop()
+    url, control = str(tmp_path / "journal.log"), str(tmp_path / "control.json")
+    zombie = TrialLink(url, trial_id, control, master="a")
+    zombie.start({"host": "here", "pid": 1}, 1.0, 0, EMPTY)
+    zombie.report(0, {"value": 1.0}, 1.0)
+    newer = TrialLink(url, trial_id, control, master="a")
+    newer.start({"host": "there", "pid": 2}, 2.0, 0, EMPTY)
+    with pytest.raises(Halted) as halted:
+        zombie.report(1, {"value": -1.0}, -1.0)
+    assert halted.value.why == "superseded"
+    newer.report(1, {"value": 2.0}, 2.0)
+    steps = [(r["step"], r["intermediate_value"]) for r in _records(tmp_path)
+             if r.get("trial_id") == trial_id and r.get("op_code") == 7]
+    assert steps == [(0, 1.0), (1, 2.0)]
+
+
 def test_a_report_the_store_did_not_take_raises_and_the_next_attempt_sends_it_again(tmp_path):
     first, _ = _relay(tmp_path, "a")
     try:

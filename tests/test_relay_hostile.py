@@ -24,6 +24,7 @@ import pytest
 
 import hpo
 from hpo.store import StudyRelay, StudyStore, TrialLink, relay_interface, split_relay
+from hpo.store import MalformedRequest
 from hpo.store.records import RUN_ATTR, TrialStatus, end_run
 
 EMPTY = {"run": {}, "heartbeat": None, "reports": [], "segments": []}
@@ -229,7 +230,7 @@ def test_an_end_holds_one_value_per_objective_of_the_study(tmp_path):
         optuna.create_study(study_name="s", storage=relay.storage, directions=["minimize", "maximize"])
         attempt = Attempt(relay, tmp_path)
         for values in ([1.0], [1.0, 2.0, 3.0]):
-            with pytest.raises(OSError, match="malformed request: values: must hold 2 "):
+            with pytest.raises(MalformedRequest, match="values: must hold 2 "):
                 attempt.link.end(TrialStatus.COMPLETE, values, attempt.ended(1.0))
         assert attempt.link.end(TrialStatus.COMPLETE, [1.0, 2.0], attempt.ended(1.0)).won
         (trial,) = _readable(relay)

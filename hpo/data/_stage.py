@@ -169,7 +169,8 @@ def _replace(folder: Path, name: str, source: Path, state: SourceState) -> Lease
         raise _unwritable(folder, exc) from None
     check_room(folder, name, state)
     progress = Progress(name, state.bytes)
-    progress.say(f"copying {mib(state.bytes)} ({state.files} files) from {source} to {folder}")
+    files = "1 file" if state.files == 1 else f"{state.files} files"
+    progress.say(f"copying {mib(state.bytes)} ({files}) from {source} to {folder}")
     leased = _copy_beside(folder, name, source, state, progress)
     with suppress(OSError):  # the copy is made; what stays goes at the study's end
         sweep_unlocked(folder, name)  # the copy replaced, if no trial reads it

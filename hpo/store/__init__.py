@@ -36,7 +36,7 @@ from hpo.store._journal import JournalFile
 from hpo.store._lease import MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
 from hpo.store._link import Ended, RelayConnection, TrialLink
-from hpo.store._protocol import Decision, Halted, split_relay
+from hpo.store._protocol import Decision, Halted, MalformedRequest, split_relay
 from hpo.store._relay import StudyRelay, clear_dead_relay_lock, relay_interface
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._snapshot import (
@@ -50,7 +50,7 @@ from hpo.store.records import TrialContext, TrialStatus, context_of
 __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
            "JOURNAL_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
            "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
-           "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "split_relay", "Pruning",
+           "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
            "ControlFile", "CONTROL_FILE", "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
            "is_placeholder", "process_alive", "unwritable", "MACHINE_FAULTS"]

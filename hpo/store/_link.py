@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import socket
 import sys
@@ -36,8 +37,8 @@ from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, check_request, encode, read_frame,
-    split_relay,
+    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, MalformedRequest, check_request, encode,
+    read_frame, split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
@@ -233,6 +234,8 @@ class TrialLink:
         # The lease token of the master that made the task: a write around the
         # relay checks that the store's epoch is still that master's (fencing).
         self.master = master
+        # And that no later attempt took the trial over since this one began.
+        self._fence = _AttemptFence(self.url, trial_id, self.token) if "://" not in self.url else None
         self.decision = Decision()
         self.direct = False  # whether the last request went around the relay
         self._control = ControlFile(control) if control else None
@@ -340,7 +343,11 @@ class TrialLink:
             return answer
         if answer.get("halt"):
             raise Halted(answer["halt"], answer.get("status"), answer.get("value"))
-        raise OSError(f"the study's relay could not write: {answer.get('error')}")
+        error = str(answer.get("error"))
+        if error.startswith(_MALFORMED):  # the caller's mistake, as on the direct path
+            field, _, why = error[len(_MALFORMED):].partition(": ")
+            raise MalformedRequest(field, why)
+        raise OSError(f"the study's relay could not write: {error}")
 
     def _here(self, message: dict[str, Any]) -> dict[str, Any]:
         """Make a request's writes directly; the decision from the control file."""
@@ -363,15 +370,15 @@ class TrialLink:
         try:
             if self._sink is None:
                 self._sink = _DirectSink(self.url)
-            written = self._sink.write(writes, self.master)
+            written = self._sink.write(writes, self.master, self._fence)
         except OSError as exc:
             # The store's fault, not the trial's (a full disk, a journal
             # deleted): the attempt stops, resumable.
             if exc.errno in (*MACHINE_FAULTS, errno.ENOENT):
                 raise Halted("unavailable") from exc
             raise
-        if not written:
-            raise Halted("unavailable")  # another master's run took the study: write nothing
+        if not written:  # another master's run took the study, or another attempt the trial
+            raise Halted("superseded" if self._fence is not None and self._fence.superseded else "unavailable")
 
 
 class _DirectSink:
@@ -391,23 +398,67 @@ class _DirectSink:
             self._storage = None
             self._journal = JournalFile(url, create=False)
 
-    def write(self, writes: list[Write], master: str | None) -> bool:
+    def write(self, writes: list[Write], master: str | None, fence: "_AttemptFence | None" = None) -> bool:
         """Make ``writes`` unless the store's epoch names another master than
         ``master`` (checked under the journal's lock, where the relay names
-        its epoch too); False when refused."""
+        its epoch too), or ``fence`` finds a later attempt; False when refused."""
         if self._journal is not None:
             from hpo.store._journal import encode_records
 
             data = encode_records(journal_records(writes, self._worker_id))
             path = self._journal.path
-            return self._journal.append_direct(data, lambda: _current(journal_epoch(path), master))
+
+            def allowed() -> bool:
+                return _current(journal_epoch(path), master) and (fence is None or fence.current())
+
+            return self._journal.append_direct(data, allowed)
         if not _current_in_database(self._storage, master):
             return False
         apply_writes(self._storage, writes)
         return True
 
 
+class _AttemptFence:
+    """Whether another attempt took a trial over since this one began, read
+    from the run records appended to the journal meanwhile (the relay's own
+    check, for an attempt writing around it): only the bytes appended since
+    the last look are read, and only lines naming the trial's run record."""
+
+    def __init__(self, journal: str, trial_id: int, token: str) -> None:
+        self._path, self._token = journal, token
+        self._mark = b'"trial_id":%d,"system_attr":{"hpo:run":' % trial_id
+        try:
+            self._read = os.stat(journal).st_size  # what came before this attempt is older
+        except OSError:
+            self._read = 0
+        self.superseded = False
+
+    def current(self) -> bool:
+        """False once a run record of another attempt is found (asked under
+        the journal's lock: nothing is appended meanwhile)."""
+        if self.superseded:
+            return False
+        with open(self._path, "rb") as f:
+            f.seek(self._read)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # whole lines only
+        at = data.find(self._mark, 0, end)
+        while at >= 0:
+            start, stop = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+            try:
+                run = json.loads(data[start:stop])["system_attr"]["hpo:run"]
+            except (ValueError, KeyError, TypeError):
+                run = None
+            if isinstance(run, dict) and run.get("token") not in (None, self._token):
+                self.superseded = True
+                return False
+            at = data.find(self._mark, stop, end)
+        self._read += end
+        return True
+
+
 _NO_DECISION = Decision()
+_MALFORMED = "malformed request: "  # how the relay's refusal of a malformed request begins
 
 
 def _current(epoch: dict[str, Any] | None, master: str | None) -> bool:
