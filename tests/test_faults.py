@@ -80,37 +80,7 @@ def end(proc: subprocess.Popen) -> None:
 # ------------------------------------------------------------ a hung master
 
 
-def test_a_master_stopped_while_another_took_over_writes_nothing_more(tmp_path):
-    """SIGSTOP the master (a frozen node), run the same command (what a user
-    does when the study looks hung), SIGCONT the first: it finds its lease
-    gone, exits 75 saying so, and no configuration completes twice; the
-    second master does not wait on the trials the first was running."""
-    space = toy_space("hung", "hpo.examples.toy:curve", fixed={"steps": 6, "step_s": 0.3},
-                      space={"quality": QUALITIES})
-    runs, run_dir = tmp_path / "runs", tmp_path / "runs" / "hung"
-    cmd = command(tmp_path, space, runs, "--engine", "dask", "--workers", "2")
-    first = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    second = None
-    try:
-        wait_for(lambda: len(complete(run_dir)) >= 1 and running_with_reports(run_dir),
-                 what="a completed trial and one mid-way")
-        first.send_signal(signal.SIGSTOP)
-        lease = run_dir / "master.lease"
-        wait_for(lambda: time.time() - lease.stat().st_mtime > 4, what="the stopped master's lease to go stale")
-        second = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: str(second.pid) in lease.read_text(), what="the second master to hold the study")
-        first.send_signal(signal.SIGCONT)
-        _, said = first.communicate(timeout=120)
-        assert first.returncode == 75, said
-        assert "another master took this study over" in said and f"pid {second.pid}" in said
-        assert "Traceback" not in said
-        _, said = second.communicate(timeout=240)
-        assert second.returncode == 0, said
-    finally:
-        end(first)
-        if second is not None:
-            end(second)
-    assert_each_once(run_dir, "quality", QUALITIES)
+# SIGSTOP then a second master, in every order: tests/test_fencing.py.
 
 
 # ------------------------------------------------- the study's file system

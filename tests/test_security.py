@@ -22,9 +22,9 @@ import pytest
 import hpo
 from hpo.engines import DaskEngine
 from hpo.store import RunDir
-from hpo.store._control import ControlFile
-from hpo.store._epoch import write_epoch_file
+from hpo.store import ControlFile, write_epoch_file
 from conftest import ROOT, toy_space, wait_for
+from test_faults import end
 
 STRANGER = "hpo-stranger"
 
@@ -244,19 +244,6 @@ def _running_with_reports(run_dir: Path) -> bool:
     return any(t.state.name == "RUNNING" and t.intermediate_values for t in trials)
 
 
-def _end(proc: subprocess.Popen) -> None:
-    """End the study this test started, and the processes it started, by PID."""
-    if proc.poll() is None:
-        family = psutil.Process(proc.pid).children(recursive=True)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        for child in family:
-            try:
-                child.kill()
-            except psutil.Error:
-                pass
-
-
 def _attack(stranger: list[str], folder: Path, ports: list[int], web: list[int],
             paths: list[str]) -> dict:
     """Run ATTACK as the stranger; what it says. Its own session: should it
@@ -303,7 +290,7 @@ def test_another_local_user_cannot_run_code_as_the_study_nor_read_it(stranger, s
         (ports, web), paths = _listening_ports(study.pid), _secrets_at_rest(run_dir, study.pid)
         said, running = _attack(stranger, shared_tmp, ports, web, paths), study.poll() is None
     finally:
-        _end(study)
+        end(study)
     assert said["uid"] == pwd.getpwnam(STRANGER).pw_uid
     assert running, "the study ended before the attack did: nothing was there to refuse it"
     assert len(ports) >= 2, ports
