@@ -19,6 +19,8 @@ The parts, each in its own module:
 
 - :mod:`hpo.store.records`: the layout of what is stored, its contract (every
   key, who writes it, who reads it), and pure readers and builders;
+- ``_format``: Optuna's journal format (op codes by name, the records hpo
+  writes, readers of their fields), the one module that knows it;
 - ``_journal``: the journal file, kept readable after a crash (knows nothing
   of the relay); ``_snapshot``: shortcuts for its readers;
 - ``_protocol``: the store protocol (frames, requests, what an answer

@@ -36,6 +36,7 @@ from typing import Any
 
 from hpo.errors import StoreUnavailable
 from hpo.store._files import write_atomically
+from hpo.store._format import Op, op_of, study_attrs
 
 __all__ = ["EPOCH_ATTR", "EPOCH_SUFFIX", "epoch_record", "epoch_of", "in_journal_record",
            "journal_epoch", "write_epoch_file", "taken_over"]
@@ -43,7 +44,6 @@ __all__ = ["EPOCH_ATTR", "EPOCH_SUFFIX", "epoch_record", "epoch_of", "in_journal
 EPOCH_ATTR = "hpo:epoch"
 EPOCH_SUFFIX = ".epoch"
 _MARK = b'"hpo:epoch"'
-_SET_STUDY_SYSTEM_ATTR = 3  # Optuna's op code of the record that holds an epoch
 
 
 def epoch_record(epoch: int, master: str) -> dict[str, Any]:
@@ -62,10 +62,9 @@ def epoch_of(record: Any) -> int:
 
 def in_journal_record(record: dict[str, Any]) -> dict[str, Any] | None:
     """The epoch a journal record sets, if it sets one."""
-    if record.get("op_code") != _SET_STUDY_SYSTEM_ATTR:
+    if op_of(record) != Op.SET_STUDY_SYSTEM_ATTR:
         return None
-    attrs = record.get("system_attr")
-    return attrs.get(EPOCH_ATTR) if isinstance(attrs, dict) and EPOCH_ATTR in attrs else None
+    return study_attrs(record).get(EPOCH_ATTR)
 
 
 def journal_epoch(journal: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -15,7 +15,6 @@ import io
 import json
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,22 +27,10 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
+from hpo.store._format import FIELDS, Op, creation_ops, encode_records, record_starts
 
 __all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
 
-# Optuna's op codes (JournalOperation) of the records that number studies and
-# trials: replay gives ids by the order of these records.
-_CREATE_STUDY, _CREATE_TRIAL = 0, 4
-# The fields Optuna's replay reads from each kind of record, besides
-# "worker_id", by op code (JournalOperation).
-_FIELDS: dict[int, tuple[str, ...]] = {
-    0: ("study_name", "directions"), 1: ("study_id",), 2: ("study_id", "user_attr"),
-    3: ("study_id", "system_attr"), 4: ("study_id", "datetime_start"),
-    5: ("trial_id", "param_name", "param_value_internal", "distribution"),
-    6: ("trial_id", "state", "values"), 7: ("trial_id", "step", "intermediate_value"),
-    8: ("trial_id", "user_attr"), 9: ("trial_id", "system_attr"), 10: (),
-}
-_OP_CODE = re.compile(rb'\{"op_code":(\d+),')
 _CHUNK = 8192
 _SEARCH_CHUNK = 8 << 20
 
@@ -187,29 +174,6 @@ class JournalFile(JournalFileBackend):
                 self.lock_lost = True
 
 
-def encode_records(records: list[dict[str, Any]]) -> bytes:
-    """Journal lines for ``records``, as Optuna writes them (the two kinds a
-    report is made of are formatted directly: the relay writes thousands a
-    second)."""
-    return "".join(map(_line, records)).encode()
-
-
-_JSON = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def _line(record: dict[str, Any]) -> str:
-    op = record["op_code"]
-    if op == 7 and len(record) == 5:
-        return ('{"op_code":7,"worker_id":%s,"trial_id":%d,"step":%d,"intermediate_value":%s}\n'
-                % (_JSON(record["worker_id"]), record["trial_id"], record["step"],
-                   _JSON(record["intermediate_value"])))
-    if op == 9 and len(record) == 4 and len(record["system_attr"]) == 1:
-        ((key, value),) = record["system_attr"].items()
-        return ('{"op_code":9,"worker_id":%s,"trial_id":%d,"system_attr":{%s:%s}}\n'
-                % (_JSON(record["worker_id"]), record["trial_id"], _JSON(key), _JSON(value)))
-    return _JSON(record) + "\n"
-
-
 def write_durably(f: BinaryIO, data: bytes) -> None:
     """Append ``data`` to the journal open in ``f`` and make it durable
     (``fdatasync``: the data and the file's new size, not its times)."""
@@ -262,8 +226,7 @@ def _set_unusable_aside(path: str, data: bytes, kept: list[tuple[int, dict[str, 
 
 # -- reading ------------------------------------------------------------------
 
-# Optuna's TrialState values in a journal's state records.
-_COMPLETE, _PRUNED = 1, 2
+_COMPLETE = optuna.trial.TrialState.COMPLETE.value  # as a journal's state records hold it
 # hpo's trial attributes that readers use as records (hpo.store.records), and
 # those whose key ends in a number.
 _RECORD_ATTRS = ("hpo:run", "hpo:ended_by", "hpo:report:", "hpo:segment:", "hpo:event:", "hpo:profile:")
@@ -278,18 +241,18 @@ def unusable(record: dict[str, Any]) -> str | None:
     None. Such a record is skipped by every reader, and `hpo repair` sets it
     aside; the relay never writes one (hpo.store._protocol)."""
     op = record["op_code"]
-    if op == 6:
+    if op == Op.SET_TRIAL_STATE_VALUES:
         why = _unusable_values(record.get("state"), record.get("values"))
         return None if why is None else f"trial id {record.get('trial_id')}: {why}"
-    if op == 7:
+    if op == Op.SET_TRIAL_INTERMEDIATE_VALUE:
         step, value = record.get("step"), record.get("intermediate_value")
         if not _is_int(step) or not 0 <= step < _MAX_STEP:
             return f"trial id {record.get('trial_id')}: step {step!r} is not an int from 0 to 2**31 - 1"
         if not _is_number(value):
             return f"trial id {record.get('trial_id')}: the value of step {step} is {value!r}, not a number"
-    elif op == 5 and not _is_number(record.get("param_value_internal")):
+    elif op == Op.SET_TRIAL_PARAM and not _is_number(record.get("param_value_internal")):
         return f"trial id {record.get('trial_id')}: parameter {record.get('param_name')!r} is not a number inside"
-    elif op == 9 and isinstance(record.get("system_attr"), dict):
+    elif op == Op.SET_TRIAL_SYSTEM_ATTR and isinstance(record.get("system_attr"), dict):
         for key, value in record["system_attr"].items():
             why = _unusable_attr(key, value)
             if why is not None:
@@ -350,7 +313,7 @@ def _record(line: bytes, path: str | None = None, offset: int = 0) -> dict[str, 
     if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
         return None
     # Pieces of two records can join into valid JSON: the fields tell.
-    fields = _FIELDS.get(record["op_code"])
+    fields = FIELDS.get(record["op_code"])
     if fields is None and "worker_id" in record:
         raise _newer_optuna(path, offset, record["op_code"])
     complete = fields is not None and all(f in record for f in ("worker_id", *fields))
@@ -482,8 +445,7 @@ def _refuse_unfaithful(path: str, data: bytes, kept: list[tuple[int, dict[str, A
 def _lost_creation(data: bytes, damaged: list[tuple[int, int]]) -> str | None:
     """A creation record still readable in dropped bytes that records follow."""
     for start, stop in damaged:
-        ops = {int(op) for op in _OP_CODE.findall(data, start, stop)}
-        if stop < len(data) and ops & {_CREATE_STUDY, _CREATE_TRIAL}:
+        if stop < len(data) and creation_ops.intersection(record_starts(data, start, stop)):
             return f"the dropped bytes {start}-{stop - 1} held a study or trial creation"
     return None
 
@@ -501,9 +463,9 @@ def _dangling(kept: list[tuple[int, dict[str, Any]]]) -> str | None:
         if isinstance(trial, int) and trial >= trials:
             return (f"the record at byte {offset} writes to trial id {trial}, but the intact "
                     f"records before it create only {trials} trials")
-        if record["op_code"] == _CREATE_STUDY and record.get("study_name") not in studies:
+        if record["op_code"] == Op.CREATE_STUDY and record.get("study_name") not in studies:
             studies.append(record.get("study_name"))
-        trials += record["op_code"] == _CREATE_TRIAL
+        trials += record["op_code"] == Op.CREATE_TRIAL
     return None
 
 
@@ -535,7 +497,7 @@ def _replay(path: str, records: list[dict[str, Any]]) -> str:
 
 
 def _describe(data: bytes, start: int, stop: int) -> str:
-    starts = len(_OP_CODE.findall(data, start, stop))
+    starts = len(record_starts(data, start, stop))
     lines = data.count(b"\n", start, stop) + (not data[start:stop].endswith(b"\n"))
     return (f"bytes {start}-{stop - 1} ({stop - start} bytes, {lines} damaged line(s); "
             f"{starts} record start(s) still recognisable in them)")

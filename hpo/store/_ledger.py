@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import optuna
 
+from hpo.store._format import Op, op_of, study_attrs, trial_attrs
 from hpo.store.records import (
     CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, SEGMENT_ATTR,
     STOP_ATTR, STUDY_DECISIONS, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from,
@@ -112,6 +113,15 @@ class Ledger(abc.ABC):
         """The store refused a write to ``trial_id``: it ended meanwhile."""
 
 
+_STUDY_ATTR_OPS = (Op.SET_STUDY_USER_ATTR, Op.SET_STUDY_SYSTEM_ATTR)
+_TRIAL_OPS = (Op.SET_TRIAL_STATE_VALUES, Op.SET_TRIAL_INTERMEDIATE_VALUE, Op.SET_TRIAL_USER_ATTR,
+              Op.SET_TRIAL_SYSTEM_ATTR)
+
+
+def _no_study_attrs() -> dict[Op, dict[str, Any]]:
+    return {op: {} for op in _STUDY_ATTR_OPS}
+
+
 def _follow_attr(view: TrialView, key: str, value: Any) -> None:
     """A trial attribute written: what the view keeps of it."""
     if key == RUN_ATTR:
@@ -143,7 +153,7 @@ class JournalLedger(Ledger):
         self._study = StudyView()
         self._objectives: int | None = None
         # The study's attributes the master decides, user (an earlier version's) and system.
-        self._study_attrs: dict[int, dict[str, Any]] = {2: {}, 3: {}}
+        self._study_attrs = _no_study_attrs()
 
     def live(self, trial_id: int) -> TrialView | None:
         return self._live.get(trial_id)
@@ -159,16 +169,16 @@ class JournalLedger(Ledger):
 
     def apply(self, record: dict[str, Any]) -> None:
         """Follow one journal record, as Optuna's replay would."""
-        op = record.get("op_code")
-        if op == 0:
+        op = op_of(record)
+        if op == Op.CREATE_STUDY:
             self._create_study(record)
-        elif op == 1:
+        elif op == Op.DELETE_STUDY:
             self._delete_study(record.get("study_id"))
-        elif op in (2, 3) and self._study_id is not None and record.get("study_id") == self._study_id:
-            self._study_attr(op, record.get("user_attr" if op == 2 else "system_attr") or {})
-        elif op == 4:
+        elif op in _STUDY_ATTR_OPS and self._study_id is not None and record.get("study_id") == self._study_id:
+            self._study_attr(op, study_attrs(record))
+        elif op == Op.CREATE_TRIAL:
             self._create_trial(record)
-        elif op in (6, 7, 8, 9):
+        elif op in _TRIAL_OPS:
             view = self._live.get(record.get("trial_id"))
             if view is not None:
                 self._update(view, op, record)
@@ -182,7 +192,7 @@ class JournalLedger(Ledger):
         self._studies[name] = self._next_study
         if name == self.study_name:
             self._study_id = self._next_study
-            self._study, self._study_attrs = StudyView(), {2: {}, 3: {}}
+            self._study, self._study_attrs = StudyView(), _no_study_attrs()
             directions = record.get("directions")
             self._objectives = len(directions) if isinstance(directions, list) else None
         self._next_study += 1
@@ -213,26 +223,26 @@ class JournalLedger(Ledger):
             self._finish(view, state, record.get("values") or (
                 [record["value"]] if record.get("value") is not None else None))
 
-    def _update(self, view: TrialView, op: int, record: dict[str, Any]) -> None:
-        if op == 6:
+    def _update(self, view: TrialView, op: Op, record: dict[str, Any]) -> None:
+        if op == Op.SET_TRIAL_STATE_VALUES:
             state = _State(record["state"])
             if state.is_finished():
                 self._finish(view, state, record.get("values"))
-        elif op == 7:
+        elif op == Op.SET_TRIAL_INTERMEDIATE_VALUE:
             step = int(record["step"])
             view.values[step] = record["intermediate_value"]
             if self.pruning is not None:
                 self.pruning.observe(view.number, step, view.values)
         else:
-            for key, value in (record.get("user_attr" if op == 8 else "system_attr") or {}).items():
+            for key, value in trial_attrs(record).items():
                 _follow_attr(view, key, value)
 
-
-    def _study_attr(self, op: int, attrs: dict[str, Any]) -> None:
+    def _study_attr(self, op: Op, attrs: dict[str, Any]) -> None:
         ours = {key: value for key, value in attrs.items() if key in STUDY_DECISIONS}
         if ours:
             self._study_attrs[op].update(ours)
-            self._study = StudyView.of(study_decisions(self._study_attrs[2], self._study_attrs[3]))
+            self._study = StudyView.of(study_decisions(self._study_attrs[Op.SET_STUDY_USER_ATTR],
+                                                       self._study_attrs[Op.SET_STUDY_SYSTEM_ATTR]))
 
     def _finish(self, view: TrialView, state: _State, values: list[float] | None) -> None:
         status = status_from(state, view.run, view.ended_by)

@@ -50,7 +50,8 @@ from hpo.store._epoch import (
     write_epoch_file,
 )
 from hpo.store._files import process_alive, unwritable
-from hpo.store._journal import JournalFile, encode_records, write_durably
+from hpo.store._format import encode_records, reported as reported_step
+from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
 from hpo.errors import StoreUnavailable
 from hpo.store import _snapshot as snapshot_module
@@ -814,8 +815,9 @@ class StudyRelay:
         reported: list[tuple[int, int]] = []
         for record in records:
             self.ledger.apply(record)  # type: ignore[attr-defined]
-            if record.get("op_code") == 7:
-                reported.append((record["trial_id"], int(record["step"])))
+            step = reported_step(record)
+            if step is not None:
+                reported.append(step)
         self._feed.add(records, end)
         if self.pruning is not None and not self.pruning.slow:
             for trial_id, step in reported:

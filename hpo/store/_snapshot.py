@@ -27,9 +27,9 @@ from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
 import optuna
-from optuna.storages.journal._base import BaseJournalSnapshot  # not re-exported by Optuna
 
 from hpo.store._files import write_atomically
+from hpo.store._format import JournalSnapshot
 from hpo.store._journal import JournalFile
 
 __all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
@@ -124,7 +124,7 @@ def read_snapshot(journal: str | os.PathLike[str], name: str) -> tuple[Mark, byt
     return mark, payload
 
 
-class SnapshotJournal(JournalFile, BaseJournalSnapshot):
+class SnapshotJournal(JournalFile, JournalSnapshot):
     """A journal file that Optuna replays from a snapshot on, when there is a
     trustworthy one: by default ``journal.log.snapshot``, or ``seed`` (a mark
     and a pickled replay result that the caller read and checked).

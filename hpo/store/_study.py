@@ -17,9 +17,8 @@ from functools import lru_cache
 from typing import Any
 
 import optuna
-from optuna.distributions import distribution_to_json
-from optuna.storages.journal._storage import JournalOperation
 
+from hpo.store._format import trial_creation
 from hpo.store._journal import JournalFile
 from hpo.store._protocol import split_relay
 from hpo.store.records import (
@@ -141,8 +140,7 @@ class StudyStore:
             return [(i, storage.get_trial_number_from_id(i)) for i in ids]
         with storage._thread_lock:
             replay = storage._replay_result
-            records = [{"op_code": JournalOperation.CREATE_TRIAL, "worker_id": replay.worker_id,
-                        **_creation(self.study_id, t)} for t in templates]
+            records = [trial_creation(replay.worker_id, self.study_id, t) for t in templates]
             storage._backend.append_logs(records)
             storage._sync_with_backend()
             last = replay._last_created_trial_id_by_this_process
@@ -200,12 +198,3 @@ class StudyStore:
             return  # the worker finished it meanwhile: its record wins
         self.finish(trial_id, status, None)
 
-
-def _creation(study_id: int, template: optuna.trial.FrozenTrial) -> dict[str, Any]:
-    """The fields of a trial's creation record, as Optuna's JournalStorage
-    writes them for a template with parameters (WAITING: not started)."""
-    return {"study_id": study_id, "datetime_start": None,  # set when an attempt starts
-            "state": template.state, "value": None, "values": None,
-            "distributions": {k: distribution_to_json(d) for k, d in template.distributions.items()},
-            "params": {k: template.distributions[k].to_internal_repr(v) for k, v in template.params.items()},
-            "user_attrs": {}, "system_attrs": {}, "intermediate_values": {}}

@@ -12,12 +12,11 @@ itself, or makes the same calls on a database storage.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any
 
 import optuna
-from optuna.storages.journal._storage import JournalOperation
 
+from hpo.store._format import intermediate_value, trial_state, trial_system_attr
 from hpo.store.records import (
     HEARTBEAT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, EVENT_ATTR, TrialStatus,
     report_key,
@@ -76,18 +75,11 @@ def journal_records(writes: list[Write], worker_id: str) -> list[dict[str, Any]]
     records = []
     for kind, trial, a, b in writes:
         if kind == "attr":
-            records.append({"op_code": JournalOperation.SET_TRIAL_SYSTEM_ATTR, "worker_id": worker_id,
-                            "trial_id": trial, "system_attr": {a: b}})
+            records.append(trial_system_attr(worker_id, trial, a, b))
         elif kind == "step":
-            records.append({"op_code": JournalOperation.SET_TRIAL_INTERMEDIATE_VALUE,
-                            "worker_id": worker_id, "trial_id": trial, "step": a,
-                            "intermediate_value": b})
+            records.append(intermediate_value(worker_id, trial, a, b))
         else:
-            state = a.stored_as
-            when = {"datetime_start": _now()} if state == optuna.trial.TrialState.RUNNING else (
-                {"datetime_complete": _now()} if state.is_finished() else {})
-            records.append({"op_code": JournalOperation.SET_TRIAL_STATE_VALUES, "worker_id": worker_id,
-                            "trial_id": trial, "state": state.value, "values": b, **when})
+            records.append(trial_state(worker_id, trial, a.stored_as, b))
     return records
 
 
@@ -106,7 +98,3 @@ def apply_writes(storage: optuna.storages.BaseStorage, writes: list[Write]) -> b
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
     return True
-
-
-def _now() -> str:
-    return datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")
