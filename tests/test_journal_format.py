@@ -32,7 +32,8 @@ ENDS = [TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.FAILED, TrialStatu
 def test_op_codes_are_optunas():
     from optuna.storages.journal._storage import JournalOperation  # the test may look inside
 
-    assert {op.name: op.value for op in Op} == {op.name: op.value for op in JournalOperation}
+    ours = {op.name: op.value for op in Op}
+    assert all(ours.get(op.name) == op.value for op in JournalOperation)  # an older one knows fewer
 
 
 def _history(rng: random.Random, url: str, trial_id: int) -> None:

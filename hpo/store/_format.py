@@ -50,11 +50,12 @@ def _optuna_ops() -> dict[str, int] | None:
 
 
 def _check_ops() -> None:
-    """Refuse to run with an Optuna whose op codes differ from ours: every
-    record read or written would mean something else."""
+    """Refuse to run with an Optuna that numbers its records otherwise, or
+    knows records hpo does not: every record read or written would mean
+    something else. (An older Optuna may know fewer.)"""
     theirs = _optuna_ops()
     ours = {op.name: int(op.value) for op in Op}
-    if theirs is not None and theirs != ours:
+    if theirs is not None and any(ours.get(name) != code for name, code in theirs.items()):
         raise ImportError(f"Optuna {optuna.__version__} numbers its journal records otherwise than "
                           f"hpo knows ({theirs} against {ours}).\n  fix: install the Optuna this hpo "
                           "supports (see its pyproject.toml)")
