@@ -25,7 +25,9 @@ The parts, each in its own module:
   of the relay); ``_snapshot``: shortcuts for its readers;
 - ``_protocol``: the store protocol (frames, requests, what an answer
   promises); ``_writes``: what each request writes;
-- ``_relay`` (:class:`StudyRelay`) and ``_ledger``: the master's side;
+- ``_relay`` (:class:`StudyRelay`: connections, rounds, durability),
+  ``_requests`` (what each request writes and is answered) and ``_ledger``:
+  the master's side;
   ``_link`` (:class:`TrialLink`): a trial's side; ``_control``: the control file;
 - ``_study`` (:class:`StudyStore`), ``_run_dir`` (:class:`RunDir`),
   ``_lease`` (:class:`MasterLease`): the study as the master and the readers see it.

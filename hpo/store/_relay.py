@@ -5,10 +5,10 @@ Optuna replica of the study (:attr:`StudyRelay.storage`): the journal is
 replayed once, when the relay opens it, and from then on the replica is fed
 the records the relay commits, never re-reading the file. Trial processes
 speak :mod:`hpo.store._protocol` to it over TCP: each request is checked
-against the relay's ledger (:mod:`hpo.store._ledger`), the requests that
-arrived meanwhile are appended in one write and one fsync under the
-journal's file lock (a group commit), and each is answered, once durable,
-with what its trial must do next.
+against the relay's ledger (:mod:`hpo.store._requests`,
+:mod:`hpo.store._ledger`), the requests that arrived meanwhile are appended
+in one write and one fsync under the journal's file lock (a group commit),
+and each is answered, once durable, with what its trial must do next.
 
 The master's own writes (Optuna's, through the replica) join the same
 rounds: one sequencer orders every record of the study. A process that
@@ -35,7 +35,6 @@ import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,20 +49,19 @@ from hpo.store._epoch import (
     write_epoch_file,
 )
 from hpo.store._files import process_alive, unwritable
-from hpo.store._format import encode_records, reported as reported_step
+from hpo.store._format import encode_records
 from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
 from hpo.errors import StoreUnavailable
 from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HEADER, HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Decision, Frames, MalformedRequest, check_request,
-    decode, encode, relay_url, split_relay,
+    HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Frames, decode, encode, relay_url, split_relay,
 )
+from hpo.store._requests import RequestHandler, refusal
 from hpo.store._study import database_kwargs
 from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
-from hpo.store._writes import Write, apply_writes, journal_records, writes_of
-from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
+from hpo.store._writes import Write, apply_writes
 
 __all__ = ["StudyRelay", "relay_interface", "clear_dead_relay_lock"]
 
@@ -78,8 +76,7 @@ _MAX_HELLO = 1024  # bytes a connection may send before it has said who it is
 _MAX_UNSENT = 64 << 20  # answers a peer does not read: past this, it is dropped
 _LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
 _HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
-_WORKER_ID = "hpo-relay"
-_RECEIVE = 1 << 16  # bytes asked of a socket at once  # the journal's worker id of the records the relay writes for trials
+_RECEIVE = 1 << 16  # bytes asked of a socket at once
 
 
 def relay_interface(local: bool) -> tuple[str, str | None]:
@@ -145,6 +142,11 @@ class StudyRelay:
     """The relay of study ``study_name`` stored at ``url`` (a journal path or
     a SQLAlchemy URL); a context manager that serves it while the block runs.
 
+    The server: its connections and their frames, the rounds that commit
+    every writer's records durably in one write, the master replica's feed,
+    and fencing. What each request may write and what its answer says is
+    its :class:`~hpo.store._requests.RequestHandler`'s.
+
     ``pruning`` decides on each report (``hpo.pruning``); ``control`` is the
     control file's path; ``host`` the interface to listen on (127.0.0.1 when
     every worker runs on this machine, "" for all) and ``advertised`` the
@@ -167,7 +169,6 @@ class StudyRelay:
         self._study_id: int | None = None
         self._store_epoch: dict[str, Any] | None = None
         self._epoch_file: tuple[int, int] | None = None
-        self._control = ControlFile(control) if control else None
         self._journal: JournalFile | None = None
         if "://" in url:
             self.storage = _MasterDatabase(url)
@@ -197,7 +198,8 @@ class StudyRelay:
         self._unsent: list[_Peer] = []  # connections with answers queued this turn
         self._locals: deque[_Local] = deque()
         self._later: deque[tuple[_Peer, dict[str, Any]]] = deque()  # answers made off this thread
-        self._decider = ThreadPoolExecutor(1, "hpo-pruner") if pruning is not None and pruning.slow else None
+        self._handler = RequestHandler(self.ledger, pruning, ControlFile(control) if control else None,
+                                       send=self._send, send_frame=self._queue, later=self._answer_later)
         self._accepting = True
         self._max_peers = _peer_cap()
         self._stopping = False
@@ -225,8 +227,7 @@ class StudyRelay:
             self._stopping = True
             self._wake()
             self._thread.join()
-        if self._decider is not None:
-            self._decider.shutdown(wait=False, cancel_futures=True)
+        self._handler.close()
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()
         self._listener.close()  # also when it was not registered (accepting paused)
@@ -308,6 +309,11 @@ class StudyRelay:
         self.storage.set_study_system_attr(study_id, EPOCH_ATTR, record)
         self.epoch, self._store_epoch = record["epoch"], record
         return self.epoch
+
+    def _answer_later(self, peer: _Peer, answer: dict[str, Any]) -> None:
+        """An answer made off the relay's thread (a slow pruner's): sent by it."""
+        self._later.append((peer, answer))
+        self._wake()
 
     def _wake(self) -> None:
         try:
@@ -545,27 +551,18 @@ class StudyRelay:
                 return
         records: list[dict[str, Any]] = []
         for local in locals_:
-            for record in local.records:
-                self.ledger.apply(record)  # type: ignore[attr-defined]
+            self._handler.follow(local.records)
             records.extend(local.records)
         written: list[tuple[_Peer, dict[str, Any], list[Write]]] = []
         for peer, message in requests:
-            try:
-                answer, writes = self._admit(message)
-            except MalformedRequest as exc:  # refused alone: the relay goes on
-                answer, writes = _refusal(message, error=f"malformed request: {exc}"), None
-            except (KeyError, ValueError, TypeError) as exc:
-                answer, writes = _refusal(message, error=f"malformed request: {type(exc).__name__}: {exc}"), None
+            answer, writes = self._handler.admit(message)
             if answer is not None:
                 self._send(peer, answer)
             if writes is None:
                 continue
             written.append((peer, message, writes))
             if self._journal is not None:
-                new = journal_records(writes, _WORKER_ID)
-                for record in new:
-                    self.ledger.apply(record)  # type: ignore[attr-defined]
-                records.extend(new)
+                records.extend(self._handler.records(writes))
         self._flush_all()  # starts and refusals go before the write
         try:
             outcomes = self._commit(records, written)
@@ -577,8 +574,8 @@ class StudyRelay:
             local.done.set()
         for (peer, message, writes), stored in zip(written, outcomes):
             if message["op"] != "start":  # answered already
-                self._answer(peer, message, stored)
-        self._publish()
+                self._handler.answer(peer, message, stored)
+        self._handler.publish(self.epoch)
 
     def verify(self) -> None:
         """:class:`StoreUnavailable` unless the store is still this master's
@@ -667,7 +664,7 @@ class StudyRelay:
             local.error = self.broken
             local.done.set()
         for peer, message in requests:
-            self._send(peer, _refusal(message, halt="unavailable"))
+            self._send(peer, refusal(message, halt="unavailable"))
         self._flush_all()
 
     def _commit(self, records: list[dict[str, Any]],
@@ -683,117 +680,9 @@ class StudyRelay:
         stored = []
         for _, _, writes in written:
             ok = apply_writes(self.storage, writes)
-            if ok:
-                self.ledger.wrote(writes)
-            else:
-                self.ledger.refused(writes[0][1])
+            self._handler.stored(writes, ok)
             stored.append(ok)
         return stored
-
-    def _admit(self, message: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Write] | None]:
-        """Check a request against the protocol and the ledger: the answer to
-        send now (a refusal, or a start's), and the writes to make (None:
-        none). :class:`MalformedRequest` when it breaks the protocol."""
-        check_request(message)
-        trial_id = message["trial"]
-        ended = self.ledger.ended(trial_id)
-        if ended is not None:
-            return _refusal(message, halt="ended", status=ended[0], value=ended[1]), None
-        view = self.ledger.live(trial_id)
-        if view is None:
-            return _refusal(message, halt="unknown"), None
-        if message["op"] == "poll" and message.get("run") is None:  # only: is it still live?
-            return {"id": message.get("id"), "ok": True}, None
-        token = str(message["run"])
-        if message["op"] == "start":
-            return self._start(message, view, token)
-        if view.run.get("token") != token or not attempt_open(view.run):
-            return _refusal(message, halt="superseded"), None
-        if message["op"] == "end":
-            self._check_values(message.get("values"))
-        return None, writes_of(message)
-
-    def _check_values(self, values: list[float] | None) -> None:
-        """One value per objective of the study, as Optuna stores a trial's."""
-        objectives = self.ledger.objectives()
-        if values is not None and objectives is not None and len(values) != objectives:
-            raise MalformedRequest("values", f"must hold {objectives} finite number(s), one per "
-                                             f"objective of the study, not {len(values)}")
-
-    def _start(self, message: dict[str, Any], view: Any,
-               token: str) -> tuple[dict[str, Any], list[Write]]:
-        if view.run.get("token") == token and attempt_open(view.run):  # asked again
-            run, events = view.run, []
-        else:
-            run, events = begin_attempt(view.run, view.heartbeat, dict(message["where"]),
-                                        float(message["now"]), float(message["gpus"]), token)
-        known_reports, known_segments = (int(n) for n in message.get("knows") or (0, 0))
-        reports = [[step, view.reports[step]] for step in sorted(view.reports)]
-        segments = [view.segments[index] for index in sorted(view.segments)]
-        answer = {"id": message.get("id"), "ok": True, "run": run,
-                  "reports": reports[known_reports:], "segments": segments[known_segments:]}
-        writes: list[Write] = [("attr", view.trial_id, key, event) for key, event in events]
-        writes += [("attr", view.trial_id, RUN_ATTR, run), ("state", view.trial_id, TrialStatus.RUNNING, None)]
-        return answer, writes
-
-    def _answer(self, peer: _Peer, message: dict[str, Any], stored: bool) -> None:
-        trial_id = int(message["trial"])
-        if message["op"] == "end" and message["status"] != TrialStatus.SUSPENDED.value:
-            ended = self.ledger.ended(trial_id)
-            won = stored and ended is not None and ended[0] == message["status"]
-            self._send(peer, {"id": message.get("id"), "ok": True, "won": won,
-                              "status": ended[0] if ended else None,
-                              "value": ended[1] if ended else None})
-            return
-        if not stored:
-            ended = self.ledger.ended(trial_id) or (None, None)
-            self._send(peer, _refusal(message, halt="ended", status=ended[0], value=ended[1]))
-            return
-        step = message.get("step") if message["op"] == "report" else None
-        if step is not None and self._decider is not None:  # a slow pruner: off this thread
-            self._decider.submit(self._decide_later, peer, message, trial_id, int(step))
-            return
-        decision = self._decision(trial_id, None if step is None else int(step))
-        if decision == _NOTHING_TO_DO:  # the usual answer, made without the encoder
-            self._queue(peer, _plain_ok(message.get("id")))
-        else:
-            self._send(peer, {"id": message.get("id"), "ok": True, **decision.to_wire()})
-
-    def _decision(self, trial_id: int, step: int | None) -> Decision:
-        study = self.ledger.study()
-        pruned = self.ledger.pruned.get(trial_id)
-        if pruned is None and step is not None and self.pruning is not None:
-            pruned = self._prune(trial_id, step)
-        return Decision(stop=study.stop, prune=pruned, resize=study.resize.get(str(trial_id)),
-                        contender=study.contender)
-
-    def _prune(self, trial_id: int, step: int) -> str | None:
-        view = self.ledger.live(trial_id)
-        if view is None:
-            return None
-        why = self.pruning.decide(trial_id, view.number, step, view.values)
-        if why is not None:
-            self.ledger.pruned[trial_id] = why
-        return why
-
-    def _decide_later(self, peer: _Peer, message: dict[str, Any], trial_id: int, step: int) -> None:
-        try:
-            decision = self._decision(trial_id, step)
-            answer = {"id": message.get("id"), "ok": True, **decision.to_wire()}
-        except Exception as exc:  # the user's pruner failed: the trial goes on, and says why
-            answer = {"id": message.get("id"), "ok": True, "prune_error": f"{type(exc).__name__}: {exc}"}
-        self._later.append((peer, answer))
-        self._wake()
-
-    def _publish(self) -> None:
-        """Rewrite the control file when the study's decisions changed."""
-        if self._control is None:
-            return
-        study = self.ledger.study()
-        wire = Decision(stop=study.stop, contender=study.contender).to_wire()
-        pruned = dict(self.ledger.pruned)  # one copy: a slow pruner's thread adds to it
-        self._control.write(self.epoch, {**wire, "resize": study.resize,
-                                         "prune": {str(k): v for k, v in pruned.items()}})
 
     # -- direct appends -----------------------------------------------------------------
 
@@ -812,40 +701,9 @@ class StudyRelay:
         for record in records:  # first: a later master's records are not this one's to follow
             self._see_epoch(in_journal_record(record))
         self._end = end
-        reported: list[tuple[int, int]] = []
-        for record in records:
-            self.ledger.apply(record)  # type: ignore[attr-defined]
-            step = reported_step(record)
-            if step is not None:
-                reported.append(step)
         self._feed.add(records, end)
-        if self.pruning is not None and not self.pruning.slow:
-            for trial_id, step in reported:
-                if trial_id not in self.ledger.pruned:
-                    self._prune(trial_id, step)
-        self._publish()
-
-
-_NOTHING_TO_DO = Decision()
-
-
-def _plain_ok(number: Any) -> bytes:
-    """The frame of ``{"id": N, "ok": true}``."""
-    payload = (b'{"id":%d,"ok":true}' % number if isinstance(number, int)
-               else encode({"id": number, "ok": True})[HEADER.size:])
-    return HEADER.pack(len(payload)) + payload
-
-
-def _refusal(message: dict[str, Any], halt: str | None = None, error: str | None = None,
-             **details: Any) -> dict[str, Any]:
-    number = message.get("id")  # a malformed one is not echoed: it may not encode
-    answer: dict[str, Any] = {"id": number if type(number) is int else None, "ok": False}
-    if halt is not None:
-        answer["halt"] = halt
-        answer.update(details)
-    else:
-        answer["error"] = error
-    return answer
+        self._handler.follow_foreign(records)
+        self._handler.publish(self.epoch)
 
 
 def _peer_cap() -> int:
