@@ -12,7 +12,7 @@ import pytest
 from hpo import registry
 from hpo.engines import Engine
 from hpo.errors import SpaceError
-from hpo.scheduling import Policy
+from hpo.master import Policy
 from hpo.space import parse_spec
 from hpo.store import Pruning
 

@@ -144,7 +144,7 @@ class StudyRelay:
     """The relay of study ``study_name`` stored at ``url`` (a journal path or
     a SQLAlchemy URL); a context manager that serves it while the block runs.
 
-    ``pruning`` decides on each report (``hpo.pruning``); ``control`` is the
+    ``pruning`` decides on each report (``hpo.master``); ``control`` is the
     control file's path; ``host`` the interface to listen on (127.0.0.1 when
     every worker runs on this machine, "" for all) and ``advertised`` the
     name workers reach it by; ``lease`` the master's lease, whose token

@@ -8,8 +8,8 @@ task ended.
 The study ends when the budget (``max_trials``) is used, the space is
 exhausted, the metric reaches its ``target``, or the wall-clock budget
 (``timeout_s``) runs out. What happens to trials then is
-:mod:`hpo.lifecycle`'s business; which suspended trial runs next is
-:mod:`hpo.scheduling`'s.
+:mod:`hpo.master._lifecycle`'s business; which suspended trial runs next is
+:mod:`hpo.master._scheduling`'s.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from typing import Any
 
 import optuna
 
-from hpo import lifecycle
 from hpo.allocation import Allocator, make_allocator
 from hpo.data import remove_copies
 from hpo.engines import Engine, ReachesEveryWorker
 from hpo.errors import EngineLost, StopRequested
-from hpo.fail_fast import FailFast
-from hpo.lifecycle import InFlight
-from hpo.progress import ProgressLine
-from hpo.pruning import make_pruning
+from hpo.master import _lifecycle as lifecycle
+from hpo.master._fail_fast import FailFast
+from hpo.master._lifecycle import InFlight
+from hpo.master._progress import ProgressLine
+from hpo.master._pruning import make_pruning
 from hpo.results import StudyResult
-from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
+from hpo.master._scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
 from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
 from hpo.store import MasterLease, RunDir, StudyRelay, StudyStore, context_of, relay_interface
