@@ -86,9 +86,9 @@ PRUNERS = Registry("pruner", {
     "asha": "hpo.master:asha_pruning",
     "hyperband": "hpo.master:hyperband_pruning",
 })
-# FIFO runs every trial to its end: no segments, nothing to choose.
+# FIFO runs every trial to its end: no segments (a policy all the same, so the master has one mode).
 POLICIES = Registry("scheduling policy", {
-    "fifo": None,
+    "fifo": "hpo.master:Fifo",
     "round_robin": "hpo.master:RoundRobin",
     "convergence": "hpo.master:ConvergenceAware",
     "slaq": "hpo.master:Slaq",

@@ -12,6 +12,7 @@ A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -73,6 +74,12 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def slots(self) -> int:
         """How many trials can run at once."""
+
+    def now(self) -> float:
+        """The master's clock, in seconds (monotonic): its deadlines and
+        heartbeat checks read it here, so an engine that simulates time
+        (and its tasks) can advance it."""
+        return time.monotonic()
 
     def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
         """How the master tells, from its replica of the store, that a task is

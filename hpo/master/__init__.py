@@ -26,7 +26,7 @@ from hpo.master._pruning import (
     make_pruning, median_pruning,
 )
 from hpo.master._scheduling import (
-    ConvergenceAware, Policy, QuantumRule, RoundRobin, Slaq, Waiting, convergence, make_policy,
+    ConvergenceAware, Fifo, Policy, QuantumRule, RoundRobin, Slaq, Waiting, convergence, make_policy,
     milestones_passed, representative_loss, waiting_of,
 )
 
@@ -34,7 +34,7 @@ __all__ = [
     "Controller", "InFlight", "task_over", "await_live_trials", "fail_master_killers", "MASTER_DEATHS",
     "nothing_left", "saved_no_checkpoint", "NO_CHECKPOINT", "fallen_silent", "machine_fault",
     "never_started", "unfinished", "finished", "collect", "stop", "cancel_pending", "suspend_running",
-    "stop_suspended", "resume_lost", "LOST_TASK_RETRIES", "Waiting", "Policy", "RoundRobin",
+    "stop_suspended", "resume_lost", "LOST_TASK_RETRIES", "Waiting", "Policy", "Fifo", "RoundRobin",
     "ConvergenceAware", "Slaq", "QuantumRule", "make_policy", "waiting_of", "representative_loss",
     "convergence", "milestones_passed", "make_pruning", "MedianPruning", "AshaPruning",
     "HyperbandPruning", "OptunaPruning", "median_pruning", "asha_pruning", "hyperband_pruning",

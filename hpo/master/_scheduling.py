@@ -45,7 +45,7 @@ from hpo.store.records import SegmentRecord, TrialStatus, grouped_attrs, status_
 from hpo.trial import QuantumRule, convergence, milestones_passed, representative_loss
 
 __all__ = [
-    "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "Slaq", "QuantumRule", "make_policy",
+    "Waiting", "Policy", "Fifo", "RoundRobin", "ConvergenceAware", "Slaq", "QuantumRule", "make_policy",
     "waiting_of", "representative_loss", "convergence", "milestones_passed",
 ]
 
@@ -66,16 +66,19 @@ class Policy(abc.ABC):
     """Chooses the suspended trial that runs next; users never call it directly."""
 
     name: str
+    #: Whether trials run in quanta and yield their slots (FIFO runs each to its end).
+    time_shares: bool = True
 
     @abc.abstractmethod
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         """The trial to resume, out of a non-empty ``waiting``."""
 
-    def contender(self, waiting: Sequence[Waiting]) -> float | None:
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
         """The convergence a running trial must reach to keep its slot at the
-        end of its quantum; None when nobody waits. Time-sharing policies
-        preempt whenever someone waits."""
-        return math.inf if waiting else None
+        end of its quantum; None when nobody waits. A new trial waiting
+        (``new_waits``) beats anyone; time-sharing policies preempt whenever
+        someone waits."""
+        return math.inf if waiting or new_waits else None
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         """The reason recorded on the resumed trial."""
@@ -89,6 +92,18 @@ class RoundRobin(Policy):
 
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         return min(waiting, key=lambda w: (w.since, w.number))
+
+
+class Fifo(RoundRobin):
+    """Each trial runs to its end, in the order the search proposes them; a
+    trial suspended anyway (by an earlier run, or to grow onto more GPUs)
+    goes on when it has waited longest."""
+
+    name = "fifo"
+    time_shares = False
+
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
+        return None  # no quanta: running trials never compare themselves
 
 
 class Slaq(Policy):
@@ -112,8 +127,8 @@ class ConvergenceAware(Policy):
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         return max(waiting, key=lambda w: (w.convergence, -w.since, -w.number))
 
-    def contender(self, waiting: Sequence[Waiting]) -> float | None:
-        return max((w.convergence for w in waiting), default=None)
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
+        return math.inf if new_waits else max((w.convergence for w in waiting), default=None)
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         return (f"convergence: C={chosen.convergence:.4g}, highest of {len(waiting)} waiting "
@@ -125,8 +140,8 @@ def _runner_up(chosen: Waiting, waiting: Sequence[Waiting]) -> str:
     return f"{max(others):.4g}" if others else "none"
 
 
-def make_policy(name: str) -> Policy | None:
-    """The policy for a space's ``scheduling.policy``; None for FIFO (no quanta)."""
+def make_policy(name: str) -> Policy:
+    """The policy for a space's ``scheduling.policy``."""
     return POLICIES.make(name)
 
 
