@@ -265,21 +265,18 @@ class PassThrough:
         return queued
 
 
-def make_allocator(spec: Any, engine: Any, store: StudyStore, objective: Any, cache: Any,
-                   make_task: Callable[..., Any]) -> Allocator | PassThrough:
+def make_allocator(spec: Any, inventory: Callable[[], Inventory | None], store: StudyStore,
+                   objective: Any, cache: Any, make_task: Callable[..., Any]) -> Allocator | PassThrough:
     """The allocator of a study: a :class:`PassThrough` when trials simply
-    run on their configured shape wherever the engine puts them."""
+    run on their configured shape wherever the engine puts them.
+    ``inventory`` asks the engine for its nodes and GPUs (None: it places
+    trials itself); asked only when the study needs it."""
     alloc = spec.allocation
     largest = spec.shape_bounds[1]
-    inventory: Inventory | None = _inventory(engine) if (largest.gpus or largest.nodes > 1
-                                                         or alloc.planned) else None
-    if not (alloc.planned or spec.resources.varies or inventory is not None):
+    nodes = inventory() if (largest.gpus or largest.nodes > 1 or alloc.planned) else None
+    if not (alloc.planned or spec.resources.varies or nodes is not None):
         return PassThrough(make_task)
     needs_model = alloc.policy != "fifo" or alloc.time_limit_factor or alloc.placement == "speed"
     oracle = Oracle.of(alloc.cost_model, objective, cache) if needs_model or alloc.cost_model else None
-    planner = Planner(alloc.policy, alloc.placement == "speed", inventory)
+    planner = Planner(alloc.policy, alloc.placement == "speed", nodes)
     return Allocator(store, planner, oracle, make_task, spec)
-
-
-def _inventory(engine: Any) -> Inventory | None:
-    return engine.inventory()

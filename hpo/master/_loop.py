@@ -24,7 +24,7 @@ import optuna
 
 from hpo.allocation import Allocator, PassThrough, make_allocator
 from hpo.data import remove_copies
-from hpo.engines import Engine, ReachesEveryWorker
+from hpo.engines import Abandons, Engine, FollowsTasks, HasInventory, ReachesEveryWorker
 from hpo.errors import EngineLost, StopRequested
 from hpo.master import _lifecycle as lifecycle
 from hpo.master._fail_fast import FailFast
@@ -101,7 +101,8 @@ class Controller:
 
     def _run(self, study: optuna.Study) -> StudyResult:
         store = self._store = StudyStore.of(study)
-        self.engine.follow(lambda task: lifecycle.task_over(store, task))
+        if isinstance(self.engine, FollowsTasks):  # it has no wait-any: it asks the replica
+            self.engine.follow(lambda task: lifecycle.task_over(store, task))
         lifecycle.await_live_trials(store, self.progress)
         lifecycle.fail_master_killers(store)
         if (store.stop() or {}).get("reason") == "target":
@@ -110,7 +111,8 @@ class Controller:
         store.set_contender(None)
         searcher = open_search(self.spec, study, self.sampler)
         with self.engine:
-            self._allocator = make_allocator(self.spec, self.engine, store,
+            inventory = self.engine.inventory if isinstance(self.engine, HasInventory) else lambda: None
+            self._allocator = make_allocator(self.spec, inventory, store,
                                              self.objective or self.spec.objective,
                                              self.run_dir.path / "layer_costs.json", self._task)
             try:
@@ -203,8 +205,9 @@ class Controller:
                       if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
                 self._relay.verify()
+            give_up = self.engine.abandon if isinstance(self.engine, Abandons) else self.engine.cancel
             for number in silent:
-                self.engine.abandon(self._in_flight[number].handle)
+                give_up(self._in_flight[number].handle)
             for number in [*ended, *silent]:
                 flight = self._in_flight.pop(number)
                 trial = (store.trial(flight.trial_id) if number in silent  # abandoned: nothing to gather
