@@ -12,8 +12,7 @@ from typing import Any
 
 import optuna
 
-from hpo import lifecycle
-from hpo.control import Controller
+from hpo.master import Controller, nothing_left
 from hpo.engines import Engine, make_engine
 from hpo.errors import EngineError, UsageError
 from hpo.results import StudyResult
@@ -166,7 +165,7 @@ def _complete(run_dir: RunDir, spec: StudySpec) -> tuple[str, StudyResult] | Non
         store = run_dir.open_store(read_only=True)
     except UsageError:  # no study in its store yet: the run creates it
         return None
-    why = lifecycle.nothing_left(store, spec.max_trials)
+    why = nothing_left(store, spec.max_trials)
     return None if why is None else (why, StudyResult.from_store(store, spec.metric.name))
 
 

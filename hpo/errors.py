@@ -73,7 +73,7 @@ class StoreUnavailable(HpoError):
 
 
 class SameFailure(UsageError):
-    """The first trials of a study all failed the same way (:mod:`hpo.fail_fast`):
+    """The first trials of a study all failed the same way (:mod:`hpo.master`):
     the space or the objective is wrong; the study stopped (exit 2)."""
 
 

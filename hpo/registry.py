@@ -82,14 +82,14 @@ SAMPLERS = Registry("sampler", {
 })
 PRUNERS = Registry("pruner", {
     "none": None,
-    "median": "hpo.pruning:median_pruning",
-    "asha": "hpo.pruning:asha_pruning",
-    "hyperband": "hpo.pruning:hyperband_pruning",
+    "median": "hpo.master:median_pruning",
+    "asha": "hpo.master:asha_pruning",
+    "hyperband": "hpo.master:hyperband_pruning",
 })
-# FIFO runs every trial to its end: no segments, nothing to choose.
+# FIFO runs every trial to its end: no segments (a policy all the same, so the master has one mode).
 POLICIES = Registry("scheduling policy", {
-    "fifo": None,
-    "round_robin": "hpo.scheduling:RoundRobin",
-    "convergence": "hpo.scheduling:ConvergenceAware",
-    "slaq": "hpo.scheduling:Slaq",
+    "fifo": "hpo.master:Fifo",
+    "round_robin": "hpo.master:RoundRobin",
+    "convergence": "hpo.master:ConvergenceAware",
+    "slaq": "hpo.master:Slaq",
 })

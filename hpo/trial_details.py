@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
-from hpo.lifecycle import NO_CHECKPOINT, saved_no_checkpoint
+from hpo.master import NO_CHECKPOINT, saved_no_checkpoint
 from hpo.results import TrialRecord, record_fields
 from hpo.store import RunDir
 from hpo.store.records import ENDED_BY_ATTR, allocations_of, attr_of, grouped_attrs, profiles_of, run_of

@@ -72,7 +72,7 @@ def interrupted(run_dir: Path) -> int:
 
 def _unsaved(run_dir: Path) -> int:
     """Suspended trials that saved no checkpoint: the next run starts them over."""
-    from hpo.lifecycle import saved_no_checkpoint
+    from hpo.master import saved_no_checkpoint
 
     return sum(1 for t in _stored_trials(run_dir) if saved_no_checkpoint(t))
 

@@ -125,7 +125,7 @@ def run_in_segments(tmp_path, objective: str, config: dict, segment: int | None,
     master from its replica, as a scheduler would."""
     import math
 
-    from hpo.scheduling import QuantumRule
+    from hpo.master import QuantumRule
     from hpo.trial import TrialStatus, run_trial
 
     with served_study(tmp_path / f"{name}.log", name, direction) as study:

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import hpo
-from hpo import lifecycle
-from hpo.engines import Engine
+from hpo.engines import Engine, FollowsTasks
+from hpo.master import task_over
 from hpo.search import create_study
 from hpo.space import StudySpec, parse_spec
 from hpo.store import RunDir, StudyRelay, StudyStore, open_storage
@@ -242,7 +242,8 @@ def follow_the_store(engine: Engine, task: TrialTask) -> Engine:
     """Tell ``engine`` from the store which tasks are over, as the master
     does (COMPSs, which has no wait-any, asks)."""
     store = StudyStore(open_storage(task.storage), task.study_name)
-    engine.follow(lambda submitted: lifecycle.task_over(store, submitted))
+    if isinstance(engine, FollowsTasks):
+        engine.follow(lambda submitted: task_over(store, submitted))
     return engine
 
 

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 import hpo
-from hpo.scheduling import (
+from hpo.master import (
     ConvergenceAware, QuantumRule, RoundRobin, Slaq, Waiting, convergence, milestones_passed,
 )
 from hpo.trial import TrialStatus

@@ -225,7 +225,7 @@ class _SilentEngine:
 
 
 def test_a_stop_does_not_wait_for_a_trial_whose_process_is_gone(tmp_path, monkeypatch):
-    from hpo import lifecycle
+    from hpo import master
     from hpo.store.records import start_run
 
     monkeypatch.setenv("HPO_STOP_GRACE_S", "3600")
@@ -237,9 +237,9 @@ def test_a_stop_does_not_wait_for_a_trial_whose_process_is_gone(tmp_path, monkey
         study.store.write_run(trial_id, run)
         task = study.task(trial_id, number, config={}, objective="hpo.examples.toy:sleep",
                           metric="value", checkpoint_dir=str(tmp_path / "ckpt"))
-        flights = {number: lifecycle.InFlight(task, handle="task", submitted_at=time.time())}
+        flights = {number: master.InFlight(task, handle="task", submitted_at=time.time())}
         engine = _SilentEngine()
-        stop = threading.Thread(target=lifecycle.suspend_running,
+        stop = threading.Thread(target=master.suspend_running,
                                 args=(study.store, engine, flights, "SIGINT"), daemon=True)
         stop.start()
         wait_for(lambda: not stop.is_alive(), what="the stop, without the 3600 s grace")
@@ -347,7 +347,7 @@ def _checkpoints(config, trial):
 
 
 def test_a_trial_suspended_without_a_checkpoint_is_said_to_start_again(tmp_path):
-    from hpo.lifecycle import saved_no_checkpoint
+    from hpo.master import saved_no_checkpoint
 
     trial, page = _suspended(tmp_path, _no_checkpoint)
     assert saved_no_checkpoint(trial)
@@ -355,7 +355,7 @@ def test_a_trial_suspended_without_a_checkpoint_is_said_to_start_again(tmp_path)
 
 
 def test_a_trial_that_saved_a_checkpoint_is_not_said_to_start_again(tmp_path):
-    from hpo.lifecycle import saved_no_checkpoint
+    from hpo.master import saved_no_checkpoint
 
     trial, page = _suspended(tmp_path, _checkpoints)
     assert not saved_no_checkpoint(trial) and "saved no checkpoint" not in page

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 import hpo
-from hpo.scheduling import QuantumRule, Slaq, Waiting, convergence, milestones_passed
+from hpo.master import QuantumRule, Slaq, Waiting, convergence, milestones_passed
 from hpo.search._paused import paused_view
 from hpo.trial import TrialStatus, run_trial
 from hpo.trial import log_path

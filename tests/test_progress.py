@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from hpo.progress import ProgressLine
+from hpo.master import ProgressLine
 
 
 class Terminal(io.StringIO):

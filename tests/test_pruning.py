@@ -9,7 +9,7 @@ import random
 import optuna
 import pytest
 
-from hpo.pruning import AshaPruning, HyperbandPruning, MedianPruning, make_pruning
+from hpo.master import AshaPruning, HyperbandPruning, MedianPruning, make_pruning
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -12,7 +12,7 @@ import pytest
 from hpo import registry
 from hpo.engines import Engine
 from hpo.errors import SpaceError
-from hpo.scheduling import Policy
+from hpo.master import Policy
 from hpo.space import parse_spec
 from hpo.store import Pruning
 
@@ -23,7 +23,7 @@ def test_every_registered_name_builds_what_it_names():
         assert pruner is None if name == "none" else isinstance(pruner, Pruning) and pruner.name == name
     for name in registry.POLICIES.names:
         policy = registry.POLICIES.make(name)
-        assert policy is None if name == "fifo" else isinstance(policy, Policy) and policy.name == name
+        assert isinstance(policy, Policy) and policy.name == name
     for name in registry.ENGINES.names:
         assert issubclass(registry.ENGINES.factory(name), Engine)
         assert registry.ENGINES.factory(name).name == name

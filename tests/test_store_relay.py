@@ -231,7 +231,7 @@ def test_each_answer_carries_the_masters_decisions(relay, tmp_path):
 
 
 def test_a_direct_append_of_another_process_is_followed_and_judged(tmp_path):
-    from hpo.pruning import median_pruning
+    from hpo.master import median_pruning
 
     pruning = median_pruning(maximize=True, study_name="s", metric="value")
     with StudyRelay(str(tmp_path / "journal.log"), "s", pruning=pruning,

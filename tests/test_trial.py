@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 import hpo.trial._run
-from hpo.pruning import median_pruning
+from hpo.master import median_pruning
 from hpo.store import Halted, StudyRelay, StudyStore, TrialLink, split_relay
 from hpo.store.records import ENDED_BY_ATTR, EVENT_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RUN_ATTR
 from hpo.trial import Trial, TrialStatus, TrialTask, run_trial

@@ -12,7 +12,7 @@
   master's side (proposals in, placed trial tasks out).
 """
 
-from hpo.allocation._allocator import Allocator, make_allocator
+from hpo.allocation._allocator import Allocator, PassThrough, make_allocator
 from hpo.allocation._cost import (
     Layer, ModelCost, Network, accuracy, epoch_time, fits, measure_network, memory_bytes,
     profile_keras, step_time, training_rate, trial_time,
@@ -25,7 +25,7 @@ from hpo.allocation._shape import Amount, TrialShape, check_shape, parse_amount,
 __all__ = [
     "Amount", "TrialShape", "Device", "Node", "Inventory", "Placement", "RateCurve", "flotilla",
     "pack_nodes", "grow_choice", "profile_rate", "Candidate", "Planner", "Start", "curve_from",
-    "check_shape", "parse_amount", "sample_configs", "Allocator", "make_allocator", "Layer",
+    "check_shape", "parse_amount", "sample_configs", "Allocator", "PassThrough", "make_allocator", "Layer",
     "ModelCost", "Network", "step_time", "epoch_time", "trial_time", "memory_bytes", "fits",
     "training_rate", "profile_keras", "measure_network", "accuracy",
 ]

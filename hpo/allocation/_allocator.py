@@ -24,7 +24,7 @@ from hpo.machine import gpu_memory_gb
 from hpo.store import StudyStore
 from hpo.store.records import ALLOCATION_ATTR, allocations_of, profiles_of, run_of
 
-__all__ = ["Allocator"]
+__all__ = ["Allocator", "PassThrough", "make_allocator"]
 
 _GROW_EVERY_S = 2.0
 _SPEED_WEIGHT = 0.5  # how much one measured rate moves a GPU's speed estimate
@@ -47,8 +47,9 @@ class Allocator:
     def pending(self) -> int:
         return self.planner.pending
 
-    def propose(self, number: int, trial_id: int, params: dict[str, Any]) -> None:
-        """A new trial, ready to run."""
+    def propose(self, number: int, trial_id: int, params: dict[str, Any], new: bool = False) -> None:
+        """A trial ready to run (``new``: created just now; its task reads the
+        replica when it is placed either way)."""
         self._add(Candidate(number, trial_id, params, self._spec.shape_of(params),
                             config={**self._spec.fixed, **params}))
 
@@ -85,6 +86,13 @@ class Allocator:
 
     def drain(self) -> list[Candidate]:
         return self.planner.drain()
+
+    def ahead(self, parallel: int, queued: int) -> int:
+        """Trials held ready beyond the running ones: enough to choose the
+        longest or form a flotilla from (a whole grid up to 256)."""
+        if not self._spec.allocation.planned:
+            return parallel
+        return max(parallel, min(self._spec.max_trials, 256))
 
     def grow(self, running: dict[int, int]) -> None:
         """Rate allocation: grow a running trial onto free GPUs when it saves
@@ -211,17 +219,64 @@ def _restart_s(trial: optuna.trial.FrozenTrial) -> float | None:
     return max(firsts[-1] - started, 0.0) if started and firsts else None
 
 
-def make_allocator(spec: Any, engine: Any, store: StudyStore, objective: Any, cache: Any,
-                   make_task: Callable[..., Any]) -> Allocator | None:
-    """The allocator of a study, or None when trials simply run on their
-    configured shape wherever the engine puts them."""
+class PassThrough:
+    """The allocator of a study whose trials simply run on their configured
+    shape wherever the engine puts them (as Optuna's ``NopPruner``): every
+    trial handed over starts at the next :meth:`starts`, in order, so the
+    master has one mode."""
+
+    def __init__(self, make_task: Callable[..., Any]) -> None:
+        self._make_task = make_task
+        self._held: list[tuple[Candidate, bool]] = []  # with whether it is new
+        self.refused: list[int] = []  # never filled: nothing is refused here
+
+    @property
+    def pending(self) -> int:
+        return len(self._held)
+
+    def propose(self, number: int, trial_id: int, params: dict[str, Any], new: bool = False) -> None:
+        """A trial ready to run (``new``: created just now, nothing to read of it)."""
+        self._held.append((Candidate(number, trial_id, params, None), new))
+
+    def resume(self, trial: optuna.trial.FrozenTrial, after_segment: int, why: str | None) -> None:
+        """A suspended or lost trial: it goes ahead of queued tasks."""
+        self._held.append((Candidate(trial.number, StudyStore.trial_id(trial), dict(trial.params), None,
+                                     after_segment=after_segment, resume=True, why=why), False))
+
+    def starts(self, room: int) -> list[tuple[Any, bool]]:
+        """Every trial held, whatever the room: the master's window bounds them."""
+        held, self._held = self._held, []
+        return [(self._make_task(c.number, c.trial_id, c.params, after_segment=c.after_segment, new=new),
+                 c.resume) for c, new in held]
+
+    def finished(self, number: int, trial: optuna.trial.FrozenTrial) -> None:
+        """Nothing to free: the engine placed the trial."""
+
+    def grow(self, running: dict[int, int]) -> None:
+        """No rate allocation without an allocator."""
+
+    def drain(self) -> list[Candidate]:
+        held, self._held = self._held, []
+        return [c for c, _ in held]
+
+    def ahead(self, parallel: int, queued: int) -> int:
+        """The engine's own queue: ``queued`` tasks, so that a freed slot
+        starts its next trial without waiting for the master."""
+        return queued
+
+
+def make_allocator(spec: Any, inventory: Callable[[], Inventory | None], store: StudyStore,
+                   objective: Any, cache: Any, make_task: Callable[..., Any]) -> Allocator | PassThrough:
+    """The allocator of a study: a :class:`PassThrough` when trials simply
+    run on their configured shape wherever the engine puts them.
+    ``inventory`` asks the engine for its nodes and GPUs (None: it places
+    trials itself); asked only when the study needs it."""
     alloc = spec.allocation
     largest = spec.shape_bounds[1]
-    inventory: Inventory | None = engine.inventory() if (largest.gpus or largest.nodes > 1
-                                                         or alloc.planned) else None
-    if not (alloc.planned or spec.resources.varies or inventory is not None):
-        return None
+    nodes = inventory() if (largest.gpus or largest.nodes > 1 or alloc.planned) else None
+    if not (alloc.planned or spec.resources.varies or nodes is not None):
+        return PassThrough(make_task)
     needs_model = alloc.policy != "fifo" or alloc.time_limit_factor or alloc.placement == "speed"
     oracle = Oracle.of(alloc.cost_model, objective, cache) if needs_model or alloc.cost_model else None
-    planner = Planner(alloc.policy, alloc.placement == "speed", inventory)
+    planner = Planner(alloc.policy, alloc.placement == "speed", nodes)
     return Allocator(store, planner, oracle, make_task, spec)

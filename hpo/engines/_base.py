@@ -1,7 +1,10 @@
 """The engine interface: how trial tasks run (Parsl's executor shape).
 
 An engine starts, submits trial tasks and returns opaque handles, says which
-handles finished, settles finished ones, cancels, and shuts down. Trial
+handles finished, settles finished ones, cancels, and shuts down. What only
+some engines can do is a capability of its own, a protocol the master checks
+with ``isinstance``: :class:`Abandons`, :class:`ReachesEveryWorker`,
+:class:`HasInventory`, :class:`FollowsTasks`. Trial
 outcomes are not passed back through the engine: the worker wrote them to the
 store, which the master reads. An engine opens no store. Engines are chosen by name through
 :data:`hpo.registry.ENGINES`, or passed as objects to ``hpo.run``.
@@ -12,6 +15,7 @@ A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from hpo.allocation import Inventory
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ReachesEveryWorker"]
+__all__ = ["Engine", "ReachesEveryWorker", "FollowsTasks", "HasInventory", "Abandons"]
 
 Handle = Any
 
@@ -74,17 +78,11 @@ class Engine(abc.ABC):
     def slots(self) -> int:
         """How many trials can run at once."""
 
-    def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
-        """How the master tells, from its replica of the store, that a task is
-        over (its trial finished, suspended again, or fell silent). Engines
-        that learn it on their own ignore it; COMPSs, which has no wait-any,
-        asks it."""
-
-    def inventory(self) -> "Inventory | None":
-        """The nodes and GPUs trials run on, when the engine lets the master
-        choose where each trial goes (its task then names the GPU ids and the
-        hosts); None when the engine places trials itself (COMPSs binds GPUs)."""
-        return None
+    def now(self) -> float:
+        """The master's clock, in seconds (monotonic): its deadlines and
+        heartbeat checks read it here, so an engine that simulates time
+        (and its tasks) can advance it."""
+        return time.monotonic()
 
     @abc.abstractmethod
     def submit(self, task: TrialTask, priority: bool = False) -> Handle:
@@ -110,13 +108,6 @@ class Engine(abc.ABC):
     def cancel(self, handle: Handle) -> None:
         """Cancel a task that has not started yet (a running one is left to end)."""
 
-    def abandon(self, handle: Handle) -> None:
-        """Give up a running task whose trial fell silent (its worker hung or
-        was cut off, yet the engine still counts on it): the master runs the
-        trial again elsewhere, and the attempt, should it come back, is
-        fenced off by the store. By default, as :meth:`cancel`."""
-        self.cancel(handle)
-
     def shutdown(self) -> None:
         """Release what :meth:`start` acquired."""
 
@@ -129,3 +120,34 @@ class ReachesEveryWorker(Protocol):
 
     def run_on_every_worker(self, function: Callable[..., Any], *args: Any) -> dict[str, Any]:
         """``function(*args)`` on each worker, by the worker's address."""
+
+
+@runtime_checkable
+class Abandons(Protocol):
+    """An engine that can give up a running task whose trial fell silent (its
+    worker hung or was cut off, yet the engine still counts on it), e.g. by
+    taking the worker out (Dask). The master runs the trial again elsewhere,
+    and the attempt, should it come back, is fenced off by the store; an
+    engine without it has the task cancelled."""
+
+    def abandon(self, handle: Handle) -> None:
+        """Give up ``handle``'s task and what holds it."""
+
+
+@runtime_checkable
+class HasInventory(Protocol):
+    """An engine that lets the master choose where each trial goes (its task
+    then names the GPU ids and the hosts). COMPSs binds GPUs itself."""
+
+    def inventory(self) -> "Inventory":
+        """The nodes and GPUs trials run on."""
+
+
+@runtime_checkable
+class FollowsTasks(Protocol):
+    """An engine with no wait-any of its own (COMPSs) that asks the master,
+    from its replica of the store, whether a task is over (its trial
+    finished, suspended again, or fell silent)."""
+
+    def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
+        """Keep ``is_over`` to ask."""

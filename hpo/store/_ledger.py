@@ -37,7 +37,7 @@ _STUDY_FRESH_S = 0.2  # how stale a database ledger's view of the study's decisi
 @runtime_checkable
 class Pruning(Protocol):
     """The master's pruner as the relay uses it: statistics kept as reports
-    and ends go by, and a decision per report (``hpo.pruning`` makes them).
+    and ends go by, and a decision per report (``hpo.master`` makes them).
     ``slow`` pruners are asked off the relay's thread."""
 
     slow: bool

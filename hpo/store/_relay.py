@@ -147,7 +147,7 @@ class StudyRelay:
     and fencing. What each request may write and what its answer says is
     its :class:`~hpo.store._requests.RequestHandler`'s.
 
-    ``pruning`` decides on each report (``hpo.pruning``); ``control`` is the
+    ``pruning`` decides on each report (``hpo.master``); ``control`` is the
     control file's path; ``host`` the interface to listen on (127.0.0.1 when
     every worker runs on this machine, "" for all) and ``advertised`` the
     name workers reach it by; ``lease`` the master's lease, whose token

@@ -40,7 +40,7 @@ key                                writer    readers  content
                                                       result
 ``hpo:ended_master``               master    M        the attempts whose objective ended
                                                       the inline master's process by its
-                                                      own hand (hpo.lifecycle)
+                                                      own hand (hpo.master)
 study ``hpo:stop``                 master    L R      why the study must stop, or None
 study ``hpo:contender``            master    L        the convergence a running trial
                                                       must reach to keep its slot at the

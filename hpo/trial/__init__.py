@@ -9,7 +9,8 @@
   ``_local_stop``: stops asked by a signal; ``_ending``: an objective that
   ends the master's process (the inline engine);
 - ``_cpus``, ``_log``, ``_objective``, ``_quantum``: cores, the trial's log,
-  finding the objective, the time-shared trial's clock.
+  finding the objective, the time-shared trial's clock and its quantum rule
+  (Hermes' convergence: the worker judges itself, the master ranks by it).
 """
 
 from hpo.store.records import TrialStatus
@@ -20,6 +21,7 @@ from hpo.trial._log import LOG_NAME, log_path
 from hpo.trial._objective import (
     Objective, objective_path, preflight, reference_of, resolve_objective,
 )
+from hpo.trial._quantum import QuantumRule, convergence, milestones_passed, representative_loss
 from hpo.trial._pulse import (
     SILENT_HEARTBEATS, fell_silent, heartbeat_s, note_awake, silence_s,
 )
@@ -33,4 +35,5 @@ __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
            "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
-           "stop_grace_s", "LOG_NAME", "log_path"]
+           "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",
+           "representative_loss"]

@@ -63,7 +63,7 @@ class _Awake:
 _awake = _Awake()
 
 
-# The master's loop looks at least twice a second (hpo.control waits half a
+# The master's loop looks at least twice a second (hpo.master waits half a
 # second at most): a gap this long, and longer than a heartbeat, is sleep.
 _ASLEEP_AFTER_S = 1.0
 

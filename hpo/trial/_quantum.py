@@ -9,13 +9,99 @@ only then does it checkpoint and suspend. Preemption only when it pays.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpo.scheduling import QuantumRule, convergence, representative_loss
+__all__ = ["QuantumClock", "QuantumRule", "milestones_passed", "representative_loss", "convergence"]
 
-__all__ = ["QuantumClock"]
+
+@dataclass(frozen=True)
+class QuantumRule:
+    """How long a trial runs before it may be preempted: ``steps`` reports, or
+    ``seconds`` (grown by ``growth`` of itself per preemption, and never so
+    short that checkpointing takes more than ``max_checkpoint_share``); doubled
+    at each milestone passed."""
+
+    steps: int | None = None
+    seconds: float | None = None
+    growth: float = 0.5
+    max_checkpoint_share: float = 0.05
+    milestones: tuple[float | str, ...] = ()
+    maximize: bool = False
+
+    @classmethod
+    def of(cls, scheduling, maximize: bool) -> "QuantumRule":
+        """The rule of a space's ``scheduling`` section."""
+        return cls(steps=scheduling.segment_steps, seconds=scheduling.quantum_s,
+                   growth=scheduling.quantum_growth,
+                   max_checkpoint_share=scheduling.max_checkpoint_share,
+                   milestones=scheduling.milestones, maximize=maximize)
+
+    def length(self, preemptions: int, losses: Sequence[float], checkpoint_s: float = 0.0
+               ) -> tuple[int | None, float | None]:
+        """(reports, seconds) of the next quantum of a trial preempted
+        ``preemptions`` times whose losses so far are ``losses``.
+
+        >>> QuantumRule(seconds=10, milestones=("50%",)).length(2, [1.0, 0.4], checkpoint_s=0.1)
+        (None, 40.0)
+        >>> QuantumRule(seconds=10).length(0, [], checkpoint_s=1.0)  # 1 s is 5% of 20 s
+        (None, 20.0)
+        """
+        doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
+        if self.steps is not None:
+            return self.steps * doubled, None
+        seconds = self.seconds * (1 + self.growth * preemptions) * doubled
+        return None, max(seconds, checkpoint_s / self.max_checkpoint_share)
+
+
+def milestones_passed(milestones: Sequence[float | str], losses: Sequence[float], maximize: bool) -> int:
+    """How many milestones a trial with ``losses`` (its metric, negated when
+    maximised) passed: a metric value reached, or a percentage decrease of
+    the loss from its first report ("50%": halved).
+
+    >>> milestones_passed([0.5, 0.8, 0.9], [-0.3, -0.85], maximize=True)
+    2
+    >>> milestones_passed(["10%", "50%"], [2.0, 1.5], maximize=False)
+    1
+    """
+    if not losses:
+        return 0
+    best = min(losses)
+    first = losses[0]
+    passed = 0
+    for milestone in milestones:
+        if isinstance(milestone, str):
+            decrease = (first - best) / abs(first) if first else 0.0
+            passed += decrease * 100 >= float(milestone.rstrip("%"))
+        else:
+            passed += best <= (-milestone if maximize else milestone)
+    return passed
+
+
+def representative_loss(losses: Sequence[float]) -> float:
+    """A quantum's representative loss: the middle of its range."""
+    return (max(losses) + min(losses)) / 2
+
+
+def convergence(losses: Sequence[float], previous: Sequence[float] | float | None) -> float:
+    """Hermes' C for a quantum with ``losses``, after a quantum with
+    ``previous`` losses (or their representative loss).
+
+    >>> convergence([1.0, 0.6], None)          # first quantum: (max - min) / n, falling
+    0.2
+    >>> convergence([0.6, 1.0], None)          # rising: the same size, negative
+    -0.2
+    >>> convergence([0.5, 0.3], [1.0, 0.6])    # (0.8 - 0.4) / 2
+    0.2
+    """
+    if not losses:
+        return 0.0
+    if previous is None or (not isinstance(previous, (int, float)) and not previous):
+        spread = (max(losses) - min(losses)) / len(losses)
+        return spread if losses[-1] <= losses[0] else -spread
+    before = previous if isinstance(previous, (int, float)) else representative_loss(previous)
+    return (before - representative_loss(losses)) / len(losses)
 
 
 @dataclass

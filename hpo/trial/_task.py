@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpo.store import RunDir, TrialContext, context_of
 from hpo.store.records import TrialStatus
-from hpo.scheduling import QuantumRule
+from hpo.trial._quantum import QuantumRule
 from hpo.trial._ending import log_start
 from hpo.trial._objective import Objective, objective_path
 from hpo.trial._pulse import heartbeat_s as period_here

@@ -178,15 +178,14 @@ def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
 
 
 
-def fallen_silent(store: StudyStore, flights: Flights, looked: list[float]) -> list[int]:
+def fallen_silent(store: StudyStore, flights: Flights, looked: list[float], now: float) -> list[int]:
     """In-flight trials whose attempt fell silent while the engine still
     holds their task (a worker hung, stopped, or cut off, yet still
     connected): to be given up (``Engine.abandon``) and resumed elsewhere at
     once; the attempt, should it come back, is fenced off. Looked at once a
     heartbeat, with silence counted from when the master woke if it slept
-    (:func:`hpo.trial.note_awake`)."""
+    (:func:`hpo.trial.note_awake`). ``now`` is the engine's clock."""
     note_awake()
-    now = time.monotonic()
     if now - looked[0] < heartbeat_s():
         return []
     looked[0] = now

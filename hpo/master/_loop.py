@@ -8,13 +8,12 @@ task ended.
 The study ends when the budget (``max_trials``) is used, the space is
 exhausted, the metric reaches its ``target``, or the wall-clock budget
 (``timeout_s``) runs out. What happens to trials then is
-:mod:`hpo.lifecycle`'s business; which suspended trial runs next is
-:mod:`hpo.scheduling`'s.
+:mod:`hpo.master._lifecycle`'s business; which suspended trial runs next is
+:mod:`hpo.master._scheduling`'s.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,17 +22,17 @@ from typing import Any
 
 import optuna
 
-from hpo import lifecycle
-from hpo.allocation import Allocator, make_allocator
+from hpo.allocation import Allocator, PassThrough, make_allocator
 from hpo.data import remove_copies
-from hpo.engines import Engine, ReachesEveryWorker
+from hpo.engines import Abandons, Engine, FollowsTasks, HasInventory, ReachesEveryWorker
 from hpo.errors import EngineLost, StopRequested
-from hpo.fail_fast import FailFast
-from hpo.lifecycle import InFlight
-from hpo.progress import ProgressLine
-from hpo.pruning import make_pruning
+from hpo.master import _lifecycle as lifecycle
+from hpo.master._fail_fast import FailFast
+from hpo.master._lifecycle import InFlight
+from hpo.master._progress import ProgressLine
+from hpo.master._pruning import make_pruning
 from hpo.results import StudyResult
-from hpo.scheduling import Policy, QuantumRule, RoundRobin, Waiting, make_policy, waiting_of
+from hpo.master._scheduling import Policy, QuantumRule, Waiting, make_policy, waiting_of
 from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
 from hpo.store import MasterLease, RunDir, StudyRelay, StudyStore, context_of, relay_interface
@@ -62,18 +61,19 @@ class Controller:
     progress: bool = True
     lease: MasterLease | None = None  # this master's hold on the study: its relay fences writes by it
     _in_flight: dict[int, InFlight] = field(default_factory=dict, init=False)
-    _allocator: Allocator | None = field(default=None, init=False)
+    _allocator: Allocator | PassThrough | None = field(default=None, init=False)  # set as the study runs
     _store: StudyStore | None = field(default=None, init=False)
     _relay: StudyRelay | None = field(default=None, init=False)
     _writers_url: str = field(default="", init=False)
 
     @cached_property
-    def _policy(self) -> Policy | None:
+    def _policy(self) -> Policy:
         return make_policy(self.spec.scheduling.policy)
 
     @cached_property
     def _quantum(self) -> QuantumRule | None:
-        if self._policy is None:
+        """The quanta trials run in; None when each runs to its end (FIFO)."""
+        if not self._policy.time_shares:
             return None
         return QuantumRule.of(self.spec.scheduling, self.spec.metric.direction == "maximize")
 
@@ -101,7 +101,8 @@ class Controller:
 
     def _run(self, study: optuna.Study) -> StudyResult:
         store = self._store = StudyStore.of(study)
-        self.engine.follow(lambda task: lifecycle.task_over(store, task))
+        if isinstance(self.engine, FollowsTasks):  # it has no wait-any: it asks the replica
+            self.engine.follow(lambda task: lifecycle.task_over(store, task))
         lifecycle.await_live_trials(store, self.progress)
         lifecycle.fail_master_killers(store)
         if (store.stop() or {}).get("reason") == "target":
@@ -110,7 +111,8 @@ class Controller:
         store.set_contender(None)
         searcher = open_search(self.spec, study, self.sampler)
         with self.engine:
-            self._allocator = make_allocator(self.spec, self.engine, store,
+            inventory = self.engine.inventory if isinstance(self.engine, HasInventory) else lambda: None
+            self._allocator = make_allocator(self.spec, inventory, store,
                                              self.objective or self.spec.objective,
                                              self.run_dir.path / "layer_costs.json", self._task)
             try:
@@ -140,14 +142,11 @@ class Controller:
         # Never more in flight than the engine can run: trials prepared beyond
         # its slots would only wait, created in the store, past any time budget.
         parallel = self._parallel()
-        # Segmented policies choose when a slot frees, so nothing is queued ahead;
-        # an allocator holds trials back until it places them.
         allocator = self._allocator
-        window = parallel + (self._lookahead(parallel) if allocator else
-                             0 if self._policy else self._queued(parallel))
+        window = parallel + allocator.ahead(parallel, self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
                                 slots=parallel)
-        deadline = time.monotonic() + (self.spec.search.timeout_s or float("inf"))
+        deadline = self.engine.now() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(store)
         failing = FailFast.of(store, parallel)  # the first trials all failing alike stop the study
@@ -161,14 +160,11 @@ class Controller:
             _say_resuming(self.spec.max_trials, tally, len(leftovers), len(queued))
         waiting: dict[int, Waiting] = {}
         contender: list[float | None] = [None]  # as last published
-        looked = [time.monotonic()]  # when the running trials' heartbeats were last looked at
-
-        def pending() -> int:
-            return allocator.pending if allocator else 0
+        looked = [self.engine.now()]  # when the running trials' heartbeats were last looked at
 
         def opened() -> int:
             return (tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + len(queued)
-                    + pending())
+                    + allocator.pending)
 
         def may_open() -> bool:
             return (not stopping and not exhausted and opened() < self.spec.max_trials
@@ -177,46 +173,46 @@ class Controller:
         while True:
             if self._relay.broken is not None:  # the store takes no more writes: stop here
                 raise self._relay.stopped()
-            while not stopping and len(self._in_flight) + pending() < window:
+            while not stopping and len(self._in_flight) + allocator.pending < window:
                 if leftovers:
                     self._resume(store, leftovers, "left unfinished by an earlier run")
                 elif queued and not stopping:
                     self._start_queued(queued.pop(min(queued)))
                 elif may_open():
-                    room = min(window - len(self._in_flight) - pending(), self.spec.max_trials - opened())
+                    room = min(window - len(self._in_flight) - allocator.pending,
+                               self.spec.max_trials - opened())
                     exhausted = not self._start_new(searcher, 1 if searcher.adaptive else room)
                 elif waiting:
                     self._resume(store, waiting)
                 else:
                     break
-            if allocator and not stopping:
-                for task, priority in allocator.starts(parallel - len(self._in_flight)):
-                    self._submit(task, priority)
+            if not stopping:
+                self._submit_all(allocator.starts(parallel - len(self._in_flight)))
                 for number in allocator.refused:
                     tally.add(number, TrialStatus.FAILED, None, maximize)
                 allocator.refused.clear()
                 allocator.grow({n: f.trial_id for n, f in self._in_flight.items()})
-            if self._policy:
-                self._publish(store, contender, may_open(), [*waiting.values(), *leftovers.values()])
+            self._publish(store, contender, may_open(), [*waiting.values(), *leftovers.values()])
             progress.update(*tally.line(len(self._in_flight)))  # what was just submitted
             if not self._in_flight:
-                if allocator and allocator.pending and not stopping:
+                if allocator.pending and not stopping:
                     raise RuntimeError(f"{allocator.pending} trials wait and none can start")
                 break
             ended = lifecycle.finished(self.engine, self._in_flight, _POLL_S)
             if ended:
                 self._relay.catch_up()  # ends written around the relay, by unreachable workers
-            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked) if n not in ended]
+            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, self.engine.now())
+                      if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
                 self._relay.verify()
+            give_up = self.engine.abandon if isinstance(self.engine, Abandons) else self.engine.cancel
             for number in silent:
-                self.engine.abandon(self._in_flight[number].handle)
+                give_up(self._in_flight[number].handle)
             for number in [*ended, *silent]:
                 flight = self._in_flight.pop(number)
                 trial = (store.trial(flight.trial_id) if number in silent  # abandoned: nothing to gather
                          else lifecycle.collect(store, self.engine, flight))
-                if allocator:
-                    allocator.finished(number, trial)
+                allocator.finished(number, trial)
                 state, value = status_of(trial), trial.values[0] if trial.values else None
                 if state is TrialStatus.SUSPENDED:
                     waiting[number] = waiting_of(trial, maximize)
@@ -236,11 +232,11 @@ class Controller:
                     stopping = misconfigured = self._stop(store, {"reason": "same_failure"})
                 if not stopping and self._reached_target(state, trial.values):
                     stopping = self._stop(store, {"reason": "target", "trial": number, "value": value})
-            if not stopping and time.monotonic() > deadline:
+            if not stopping and self.engine.now() > deadline:
                 stopping = self._stop(store, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
         if stopping:
-            held = allocator.drain() if allocator else []
+            held = allocator.drain()
             never = [c.trial_id for c in held if not c.resume] + [store.trial_id(t) for t in queued.values()]
             for trial_id in never:  # created, never started: its configuration is not used up
                 store.end_without_result(trial_id, "cancelled", "study stopped")
@@ -254,23 +250,13 @@ class Controller:
         """Submit up to ``room`` new proposed configurations (stored together
         where the search allows); False when the space is exhausted."""
         proposals = searcher.ask_many(max(room, 1))
-        if self._allocator:
-            for proposal in proposals:
-                self._allocator.propose(proposal.number, proposal.trial_id, proposal.params)
-        else:
-            tasks = [self._task(p.number, p.trial_id, p.params, new=True) for p in proposals]
-            submitted_at = time.time()
-            for task, handle in zip(tasks, self.engine.submit_many(tasks)):
-                self._in_flight[task.number] = InFlight(task, handle, submitted_at)
+        for proposal in proposals:
+            self._allocator.propose(proposal.number, proposal.trial_id, proposal.params, new=True)
         return bool(proposals)
 
     def _start_queued(self, trial: optuna.trial.FrozenTrial) -> None:
         """Start a trial an earlier run created and never started."""
-        trial_id = StudyStore.trial_id(trial)
-        if self._allocator:
-            self._allocator.propose(trial.number, trial_id, dict(trial.params))
-        else:
-            self._submit(self._task(trial.number, trial_id, dict(trial.params)))
+        self._allocator.propose(trial.number, StudyStore.trial_id(trial), dict(trial.params))
 
     def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
         """Whether a new trial may take a slot now. New trials come first,
@@ -278,7 +264,7 @@ class Controller:
         start-up); then at most twice the slots are open (running or
         suspended), so suspended trials finish and teach it instead of
         waiting behind the rest of the budget."""
-        if not (self._policy and searcher.adaptive):
+        if not (self._policy.time_shares and searcher.adaptive):
             return True
         learnt_from = finished + waiting
         return learnt_from < startup_trials(self.spec.max_trials) or unfinished < 2 * self._parallel()
@@ -291,30 +277,32 @@ class Controller:
                  waiting: list[Waiting]) -> None:
         """Tell running trials what they must beat to keep their slots: a new
         trial waiting to start beats anyone; else the policy says."""
-        value = math.inf if new_waits else self._policy.contender(waiting)
+        value = self._policy.contender(waiting, new_waits)
         if value != published[0]:
             store.set_contender(value)
             published[0] = value
 
     def _resume(self, store: StudyStore, waiting: dict[int, Waiting], why: str | None = None) -> None:
         """Run the next segment of the suspended trial the policy picks."""
-        policy = self._policy or RoundRobin()  # suspended by an earlier run, now FIFO
+        policy = self._policy
         chosen = policy.pick(list(waiting.values()))
         store.record_event(chosen.trial_id, "resumed", None,
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         stored = store.trial(chosen.trial_id)
-        after = run_of(stored).get("segment", -1)
-        if self._allocator:
-            self._allocator.resume(stored, after, why)
-            return
-        task = self._task(chosen.number, chosen.trial_id, stored.params, after_segment=after)
-        self._submit(task, priority=True)
+        self._allocator.resume(stored, run_of(stored).get("segment", -1), why)
 
-    def _submit(self, task: TrialTask, priority: bool = False) -> None:
-        submitted_at = time.time()
-        self._in_flight[task.number] = InFlight(task, self.engine.submit(task, priority=priority),
-                                                submitted_at)
+    def _submit_all(self, starts: list[tuple[TrialTask, bool]]) -> None:
+        """Hand ``starts`` (task, priority) to the engine in order, each run
+        of one priority in one go (the engine may batch them)."""
+        while starts:
+            priority = starts[0][1]
+            count = next((i for i, (_, p) in enumerate(starts) if p != priority), len(starts))
+            tasks = [task for task, _ in starts[:count]]
+            starts = starts[count:]
+            submitted_at = time.time()  # before the hand-over: a task may start at once
+            for task, handle in zip(tasks, self.engine.submit_many(tasks, priority)):
+                self._in_flight[task.number] = InFlight(task, handle, submitted_at)
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
               after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:
@@ -326,13 +314,6 @@ class Controller:
                                    objective=self.objective, context=context,
                                    master=self.lease.token if self.lease else None, **allocation)
 
-    def _lookahead(self, parallel: int) -> int:
-        """Trials an allocator holds ready beyond the running ones: enough to
-        choose the longest or form a flotilla from (a whole grid up to 256)."""
-        if not self.spec.allocation.planned:
-            return parallel
-        return max(parallel, min(self.spec.max_trials, 256))
-
     def _queued(self, parallel: int) -> int:
         """How many trials to prepare ahead and queue in the engine.
 
@@ -340,9 +321,10 @@ class Controller:
         for the master. Grid and random search lose nothing by asking early
         (one per slot); Bayesian search would propose with less information
         (one in all). None when queued tasks could start early, i.e. when the
-        engine has more slots than ``parallel``.
+        engine has more slots than ``parallel``, or a time-sharing policy
+        chooses which trial takes a slot as it frees.
         """
-        if parallel < self.engine.slots:
+        if parallel < self.engine.slots or self._policy.time_shares:
             return 0
         return parallel if self.spec.search.algorithm in ("grid", "random") else 1
 

@@ -41,9 +41,11 @@ import optuna
 from hpo.registry import POLICIES
 from hpo.store import StudyStore
 from hpo.store.records import SegmentRecord, TrialStatus, grouped_attrs, status_of
+# The quantum rule and Hermes' convergence are applied by the worker too: they live with the trial.
+from hpo.trial import QuantumRule, convergence, milestones_passed, representative_loss
 
 __all__ = [
-    "Waiting", "Policy", "RoundRobin", "ConvergenceAware", "Slaq", "QuantumRule", "make_policy",
+    "Waiting", "Policy", "Fifo", "RoundRobin", "ConvergenceAware", "Slaq", "QuantumRule", "make_policy",
     "waiting_of", "representative_loss", "convergence", "milestones_passed",
 ]
 
@@ -64,16 +66,19 @@ class Policy(abc.ABC):
     """Chooses the suspended trial that runs next; users never call it directly."""
 
     name: str
+    #: Whether trials run in quanta and yield their slots (FIFO runs each to its end).
+    time_shares: bool = True
 
     @abc.abstractmethod
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         """The trial to resume, out of a non-empty ``waiting``."""
 
-    def contender(self, waiting: Sequence[Waiting]) -> float | None:
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
         """The convergence a running trial must reach to keep its slot at the
-        end of its quantum; None when nobody waits. Time-sharing policies
-        preempt whenever someone waits."""
-        return math.inf if waiting else None
+        end of its quantum; None when nobody waits. A new trial waiting
+        (``new_waits``) beats anyone; time-sharing policies preempt whenever
+        someone waits."""
+        return math.inf if waiting or new_waits else None
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         """The reason recorded on the resumed trial."""
@@ -87,6 +92,18 @@ class RoundRobin(Policy):
 
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         return min(waiting, key=lambda w: (w.since, w.number))
+
+
+class Fifo(RoundRobin):
+    """Each trial runs to its end, in the order the search proposes them; a
+    trial suspended anyway (by an earlier run, or to grow onto more GPUs)
+    goes on when it has waited longest."""
+
+    name = "fifo"
+    time_shares = False
+
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
+        return None  # no quanta: running trials never compare themselves
 
 
 class Slaq(Policy):
@@ -110,8 +127,8 @@ class ConvergenceAware(Policy):
     def pick(self, waiting: Sequence[Waiting]) -> Waiting:
         return max(waiting, key=lambda w: (w.convergence, -w.since, -w.number))
 
-    def contender(self, waiting: Sequence[Waiting]) -> float | None:
-        return max((w.convergence for w in waiting), default=None)
+    def contender(self, waiting: Sequence[Waiting], new_waits: bool = False) -> float | None:
+        return math.inf if new_waits else max((w.convergence for w in waiting), default=None)
 
     def why(self, chosen: Waiting, waiting: Sequence[Waiting]) -> str:
         return (f"convergence: C={chosen.convergence:.4g}, highest of {len(waiting)} waiting "
@@ -123,72 +140,9 @@ def _runner_up(chosen: Waiting, waiting: Sequence[Waiting]) -> str:
     return f"{max(others):.4g}" if others else "none"
 
 
-def make_policy(name: str) -> Policy | None:
-    """The policy for a space's ``scheduling.policy``; None for FIFO (no quanta)."""
+def make_policy(name: str) -> Policy:
+    """The policy for a space's ``scheduling.policy``."""
     return POLICIES.make(name)
-
-
-@dataclass(frozen=True)
-class QuantumRule:
-    """How long a trial runs before it may be preempted: ``steps`` reports, or
-    ``seconds`` (grown by ``growth`` of itself per preemption, and never so
-    short that checkpointing takes more than ``max_checkpoint_share``); doubled
-    at each milestone passed."""
-
-    steps: int | None = None
-    seconds: float | None = None
-    growth: float = 0.5
-    max_checkpoint_share: float = 0.05
-    milestones: tuple[float | str, ...] = ()
-    maximize: bool = False
-
-    @classmethod
-    def of(cls, scheduling, maximize: bool) -> "QuantumRule":
-        """The rule of a space's ``scheduling`` section."""
-        return cls(steps=scheduling.segment_steps, seconds=scheduling.quantum_s,
-                   growth=scheduling.quantum_growth,
-                   max_checkpoint_share=scheduling.max_checkpoint_share,
-                   milestones=scheduling.milestones, maximize=maximize)
-
-    def length(self, preemptions: int, losses: Sequence[float], checkpoint_s: float = 0.0
-               ) -> tuple[int | None, float | None]:
-        """(reports, seconds) of the next quantum of a trial preempted
-        ``preemptions`` times whose losses so far are ``losses``.
-
-        >>> QuantumRule(seconds=10, milestones=("50%",)).length(2, [1.0, 0.4], checkpoint_s=0.1)
-        (None, 40.0)
-        >>> QuantumRule(seconds=10).length(0, [], checkpoint_s=1.0)  # 1 s is 5% of 20 s
-        (None, 20.0)
-        """
-        doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
-        if self.steps is not None:
-            return self.steps * doubled, None
-        seconds = self.seconds * (1 + self.growth * preemptions) * doubled
-        return None, max(seconds, checkpoint_s / self.max_checkpoint_share)
-
-
-def milestones_passed(milestones: Sequence[float | str], losses: Sequence[float], maximize: bool) -> int:
-    """How many milestones a trial with ``losses`` (its metric, negated when
-    maximised) passed: a metric value reached, or a percentage decrease of
-    the loss from its first report ("50%": halved).
-
-    >>> milestones_passed([0.5, 0.8, 0.9], [-0.3, -0.85], maximize=True)
-    2
-    >>> milestones_passed(["10%", "50%"], [2.0, 1.5], maximize=False)
-    1
-    """
-    if not losses:
-        return 0
-    best = min(losses)
-    first = losses[0]
-    passed = 0
-    for milestone in milestones:
-        if isinstance(milestone, str):
-            decrease = (first - best) / abs(first) if first else 0.0
-            passed += decrease * 100 >= float(milestone.rstrip("%"))
-        else:
-            passed += best <= (-milestone if maximize else milestone)
-    return passed
 
 
 def waiting_of(trial: optuna.trial.FrozenTrial, maximize: bool) -> Waiting:
@@ -227,28 +181,3 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecor
         if first is not None:
             losses.append([sign * values[s] for s in range(first, last + 1) if s in values])
     return [seg for seg in losses if seg]
-
-
-def representative_loss(losses: Sequence[float]) -> float:
-    """A quantum's representative loss: the middle of its range."""
-    return (max(losses) + min(losses)) / 2
-
-
-def convergence(losses: Sequence[float], previous: Sequence[float] | float | None) -> float:
-    """Hermes' C for a quantum with ``losses``, after a quantum with
-    ``previous`` losses (or their representative loss).
-
-    >>> convergence([1.0, 0.6], None)          # first quantum: (max - min) / n, falling
-    0.2
-    >>> convergence([0.6, 1.0], None)          # rising: the same size, negative
-    -0.2
-    >>> convergence([0.5, 0.3], [1.0, 0.6])    # (0.8 - 0.4) / 2
-    0.2
-    """
-    if not losses:
-        return 0.0
-    if previous is None or (not isinstance(previous, (int, float)) and not previous):
-        spread = (max(losses) - min(losses)) / len(losses)
-        return spread if losses[-1] <= losses[0] else -spread
-    before = previous if isinstance(previous, (int, float)) else representative_loss(previous)
-    return (before - representative_loss(losses)) / len(losses)
