@@ -107,6 +107,20 @@ def test_a_relay_of_an_earlier_run_writes_nothing_once_a_later_run_took_the_stud
     assert not [r for r in _after_epoch(tmp_path, 2) if r.get("trial_id") == trial_id]
 
 
+def test_a_master_that_has_nothing_left_to_write_still_hears_it_was_taken_over(tmp_path):
+    """Woken after another master ran the study to its end, a master may find
+    nothing to do and write nothing: its last look at the store says so."""
+    first, _ = _relay(tmp_path, "a")
+    try:
+        first.verify()  # its own epoch: nothing to say
+        second, _ = _relay(tmp_path, "b")
+        second.stop()
+        with pytest.raises(StoreUnavailable, match="another master took this study over"):
+            first.verify()
+    finally:
+        first.stop()
+
+
 def test_a_write_around_the_relay_of_an_earlier_run_is_refused_under_the_journal_lock(tmp_path):
     """The relay unreachable (its master gone): the attempt writes directly,
     unless the store's epoch names another master."""

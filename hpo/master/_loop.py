@@ -94,6 +94,9 @@ class Controller:
             self._writers_url = relay.writers_url
             self._relay = relay
             result = self._run(study)
+            # A master that slept through another's run of the study may find
+            # nothing left to do, and write nothing: it still says so (exit 75).
+            relay.verify()
             # Readers (hpo status, the dashboard) start from it instead of
             # replaying the whole journal; a small study writes none.
             relay.save_snapshot()
