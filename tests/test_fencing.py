@@ -166,6 +166,25 @@ def test_a_superseded_attempt_of_the_same_run_writes_nothing_around_the_relay(tm
     assert steps == [(0, 1.0), (1, 2.0)]
 
 
+def test_a_journal_made_read_only_halts_an_attempt_writing_around_the_relay(tmp_path):
+    """An immutable journal (chattr +i) refuses even root: the machine's
+    fault, so the attempt is halted, never failed with an OSError."""
+    first, _ = _relay(tmp_path, "a")
+    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
+    first.stop()
+    journal = tmp_path / "journal.log"
+    made = subprocess.run(["chattr", "+i", str(journal)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a file immutable here: {made.stderr.strip()}")
+    try:
+        link = TrialLink(str(journal), trial_id, str(tmp_path / "control.json"), master="a")
+        with pytest.raises(Halted) as halted:
+            link.start({"host": "here", "pid": 1}, 1.0, 0, EMPTY)
+        assert halted.value.why == "unavailable"
+    finally:
+        subprocess.run(["chattr", "-i", str(journal)], check=True)
+
+
 def test_a_report_the_store_did_not_take_raises_and_the_next_attempt_sends_it_again(tmp_path):
     first, _ = _relay(tmp_path, "a")
     try:

@@ -373,8 +373,8 @@ class TrialLink:
             written = self._sink.write(writes, self.master, self._fence)
         except OSError as exc:
             # The store's fault, not the trial's (a full disk, a journal
-            # deleted): the attempt stops, resumable.
-            if exc.errno in (*MACHINE_FAULTS, errno.ENOENT):
+            # deleted or made read-only): the attempt stops, resumable.
+            if exc.errno in (*MACHINE_FAULTS, errno.ENOENT, errno.EPERM, errno.EACCES):
                 raise Halted("unavailable") from exc
             raise
         if not written:  # another master's run took the study, or another attempt the trial
