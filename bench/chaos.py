@@ -88,8 +88,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import optuna  # noqa: E402
 
 import hpo  # noqa: E402
-from hpo.store import JOURNAL_FILE, RunDir  # noqa: E402
-from hpo.store._epoch import EPOCH_SUFFIX  # noqa: E402
+from hpo.store import EPOCH_SUFFIX, JOURNAL_FILE, RunDir  # noqa: E402
 from hpo.trial import TrialStatus  # noqa: E402
 from hpo.store.records import run_of  # noqa: E402
 from _acked import ACKS_FILE  # noqa: E402

@@ -35,7 +35,7 @@ The parts, each in its own module:
 
 from hpo.store import records
 from hpo.store._control import CONTROL_FILE, ControlFile
-from hpo.store._epoch import EPOCH_ATTR, journal_epoch, write_epoch_file
+from hpo.store._epoch import EPOCH_ATTR, EPOCH_SUFFIX, journal_epoch, write_epoch_file
 from hpo.store._files import MACHINE_FAULTS, process_alive, unwritable, write_atomically
 from hpo.store._journal import JournalFile
 from hpo.store._lease import MasterLease, StudyBusy
@@ -56,6 +56,6 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "JOURNAL_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
            "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
            "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
-           "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "journal_epoch", "write_epoch_file", "TrialContext", "context_of", "check_storage_url",
+           "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file", "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
            "is_placeholder", "process_alive", "unwritable", "MACHINE_FAULTS"]
