@@ -29,7 +29,7 @@ import optuna
 import pytest
 
 import hpo
-from hpo.store import Halted, StudyRelay, StudyStore, TrialLink, open_storage, split_relay
+from hpo.store import Halted, StudyRelay, StudyStore, TrialLink, open_storage
 from hpo.store.records import CONTENDER_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, STOP_ATTR, status_of
 from hpo.trial import TrialStatus, TrialTask, open_trial, run_trial
 from conftest import ROOT, toy_space, wait_for

@@ -9,7 +9,7 @@ import pytest
 
 import hpo
 from hpo.master import (
-    ConvergenceAware, QuantumRule, RoundRobin, Slaq, Waiting, convergence, milestones_passed,
+    ConvergenceAware, QuantumRule, RoundRobin, Waiting, convergence,
 )
 from hpo.trial import TrialStatus
 from hpo.store.records import EVENT_ATTR, SEGMENT_ATTR

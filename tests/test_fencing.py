@@ -22,7 +22,6 @@ import pytest
 
 from hpo.errors import StoreUnavailable
 from hpo.store import Halted, JournalFile, StudyRelay, StudyStore, TrialLink
-from hpo.store.records import TrialStatus
 from hpo.trial import TrialTask, open_trial
 from conftest import toy_space, wait_for
 

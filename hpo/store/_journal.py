@@ -28,6 +28,10 @@ from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, Jour
 from hpo.errors import UsageError
 from hpo.store._files import write_atomically
 from hpo.store._format import FIELDS, Op, creation_ops, encode_records, record_starts
+from hpo.store._protocol import MAX_STEP
+from hpo.store.records import (
+    ENDED_BY_ATTR, EVENT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
+)
 
 __all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
 
@@ -229,9 +233,8 @@ def _set_unusable_aside(path: str, data: bytes, kept: list[tuple[int, dict[str, 
 _COMPLETE = optuna.trial.TrialState.COMPLETE.value  # as a journal's state records hold it
 # hpo's trial attributes that readers use as records (hpo.store.records), and
 # those whose key ends in a number.
-_RECORD_ATTRS = ("hpo:run", "hpo:ended_by", "hpo:report:", "hpo:segment:", "hpo:event:", "hpo:profile:")
-_NUMBERED_ATTRS = ("hpo:report:", "hpo:segment:")
-_MAX_STEP = 2**31  # Optuna's database schema keeps a step in a 32-bit integer
+_RECORD_ATTRS = (RUN_ATTR, ENDED_BY_ATTR, REPORT_ATTR, SEGMENT_ATTR, EVENT_ATTR, PROFILE_ATTR)
+_NUMBERED_ATTRS = (REPORT_ATTR, SEGMENT_ATTR)
 _skipped: set[tuple[str, int]] = set()
 
 
@@ -246,7 +249,7 @@ def unusable(record: dict[str, Any]) -> str | None:
         return None if why is None else f"trial id {record.get('trial_id')}: {why}"
     if op == Op.SET_TRIAL_INTERMEDIATE_VALUE:
         step, value = record.get("step"), record.get("intermediate_value")
-        if not _is_int(step) or not 0 <= step < _MAX_STEP:
+        if not _is_int(step) or not 0 <= step < MAX_STEP:
             return f"trial id {record.get('trial_id')}: step {step!r} is not an int from 0 to 2**31 - 1"
         if not _is_number(value):
             return f"trial id {record.get('trial_id')}: the value of step {step} is {value!r}, not a number"
