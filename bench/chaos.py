@@ -522,6 +522,30 @@ def _victim(study: Study, rng: random.Random, allow_in_lock: bool) -> int | None
     return rng.choice(pids) if pids else None
 
 
+def _kill_a_busy_worker(study: Study, cluster: Cluster, rng: random.Random,
+                        allow_in_lock: bool) -> tuple[int, str]:
+    """SIGKILL a worker mid-trial: its PID and the lock note. The worker is
+    stopped first and killed only if its trial is still running then; else
+    it goes on and another is picked (on a loaded machine, the wait for a
+    moment outside an append can outlast a short trial)."""
+    while True:
+        pid = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "a worker mid-trial",
+                    study.master_alive)
+        killed: list[int] = []
+
+        def kill() -> None:
+            os.kill(pid, signal.SIGSTOP)  # its trial can no longer end meanwhile
+            if pid in _busy_workers(study, True, reported=1, left=1):
+                cluster.kill_worker(pid)
+                killed.append(pid)
+            else:
+                os.kill(pid, signal.SIGCONT)
+
+        held = _kill_outside_append(kill, study.run_dir, allow_in_lock)
+        if killed:
+            return pid, held
+
+
 def _kill_outside_append(kill, run_dir: Path, allow_in_lock: bool) -> str:
     """Call ``kill`` at a moment no process holds the journal's lock (unless
     allowed): a process killed inside an append leaves the lock file behind,
@@ -570,9 +594,7 @@ def chaos_run(cluster: Cluster, spec: dict[str, Any], runs_dir: Path, env: dict[
             if what != "late":  # the late hang needs trials left for the second master
                 time.sleep(pause)
             if what == "worker":
-                pid = _wait(lambda: _victim(study, rng, allow_in_lock), 60, "a worker mid-trial",
-                            study.master_alive)
-                held = _kill_outside_append(lambda: cluster.kill_worker(pid), study.run_dir, allow_in_lock)
+                pid, held = _kill_a_busy_worker(study, cluster, rng, allow_in_lock)
                 worker_kills.append((pid, True))
                 new = cluster.restart_worker()
                 killed.append(f"worker {pid} (SIGKILL, master up{held}) -> new worker {new}")
