@@ -3,6 +3,7 @@ failure; the attempt writes through the study's relay and never reads the store.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 
@@ -228,6 +229,23 @@ def test_a_cancelled_task_is_given_up_and_no_beat_follows(relay, tmp_path, monke
     stored = fresh(task)
     assert "abandoned_at" in stored.system_attrs[HEARTBEAT_ATTR]
     assert stored.system_attrs[RUN_ATTR]["error"]["type"] == "Cancelled"
+
+
+def test_a_disk_full_before_the_objective_starts_gives_the_trial_up_without_raising(relay, tmp_path,
+                                                                                    monkeypatch):
+    """The trial's log cannot be opened (ENOSPC): the machine's fault, handed
+    to the master as such, with no exception for the engine to log."""
+    import hpo.trial._attempt
+
+    def full(checkpoint_dir, header):
+        raise OSError(errno.ENOSPC, "No space left on device", str(checkpoint_dir))
+
+    monkeypatch.setattr(hpo.trial._attempt, "trial_log", full)
+    task = make_task(relay, tmp_path, "hpo.examples.toy:sleep", {"sleep_s": 0})
+    assert run_trial(task).state is TrialStatus.RUNNING  # given up, to be resumed
+    error = fresh(task).system_attrs[RUN_ATTR]["error"]
+    assert error["errno"] == errno.ENOSPC and error["filename"] == task.checkpoint_dir
+    assert fresh(task).state == optuna.trial.TrialState.RUNNING
 
 
 def test_a_trial_ended_by_the_master_meanwhile_keeps_the_stored_end(relay, tmp_path):

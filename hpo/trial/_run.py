@@ -118,8 +118,9 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
 
 
 def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
-    """Run the objective once. A time-out by the engine is a result; a
-    cancellation raises :class:`TaskInterrupted`."""
+    """Run the objective once. A time-out by the engine is a result, and so
+    is a disk that fills up under the trial's log; a cancellation raises
+    :class:`TaskInterrupted`."""
     try:
         return run_isolated(task, token, context) if task.isolate else run_here(task, token, context)
     except TaskInterrupted as interruption:
@@ -127,6 +128,12 @@ def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
             raise
         return AttemptResult(timed_out=True, error={
             "type": interruption.kind, "message": "the engine ended the task at its time_out"})
+    except OSError as exc:  # hpo's own files around the objective (its log): never user code
+        if exc.errno not in MACHINE_FAULTS:
+            raise
+        return AttemptResult(error={  # a full disk: given up as the machine's fault, no traceback
+            "type": type(exc).__name__, "message": str(exc), "errno": exc.errno,
+            "filename": str(exc.filename or task.checkpoint_dir)})
 
 
 def _interrupted(link: TrialLink) -> bool:
