@@ -21,7 +21,7 @@ import optuna
 import pytest
 
 from hpo.errors import StoreUnavailable
-from hpo.store import Halted, JournalFile, StudyRelay, StudyStore, TrialLink
+from hpo.store import LEASE_FILE, Halted, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink
 from hpo.trial import TrialTask, open_trial
 from conftest import toy_space, wait_for
 
@@ -36,6 +36,9 @@ class _Lease:
         self.token = token
 
     def still_held(self) -> bool:
+        return True
+
+    def still_mine(self) -> bool:
         return True
 
 
@@ -118,6 +121,22 @@ def test_a_master_that_has_nothing_left_to_write_still_hears_it_was_taken_over(t
             first.verify()
     finally:
         first.stop()
+
+
+def test_a_master_stopped_before_it_took_the_study_does_not_take_it_from_one_that_ran_it(tmp_path):
+    """Stopped between its lease and its epoch, while another master ran the
+    study to its end and removed the lease: it takes no epoch, and says so."""
+    with MasterLease(tmp_path, beat_s=60) as lease:
+        (tmp_path / LEASE_FILE).unlink()  # the other master's end
+        relay = StudyRelay(str(tmp_path / "journal.log"), STUDY, control=tmp_path / "control.json",
+                           lease=lease).start()
+        try:
+            optuna.create_study(study_name=STUDY, storage=relay.storage, direction="maximize")
+            with pytest.raises(StoreUnavailable, match="another master ran this study while this one"):
+                relay.claim(relay.storage.get_study_id_from_name(STUDY))
+        finally:
+            relay.stop()
+    assert not [r for r in _records(tmp_path) if "hpo:epoch" in (r.get("system_attr") or {})]
 
 
 def test_a_write_around_the_relay_of_an_earlier_run_is_refused_under_the_journal_lock(tmp_path):

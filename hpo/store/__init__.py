@@ -38,7 +38,7 @@ from hpo.store._control import CONTROL_FILE, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, EPOCH_SUFFIX, journal_epoch, write_epoch_file
 from hpo.store._files import MACHINE_FAULTS, process_alive, unwritable, write_atomically
 from hpo.store._journal import JournalFile
-from hpo.store._lease import MasterLease, StudyBusy
+from hpo.store._lease import LEASE_FILE, MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
 from hpo.store._link import Ended, RelayConnection, TrialLink
 from hpo.store._protocol import Decision, Halted, MalformedRequest, split_relay
@@ -53,7 +53,7 @@ from hpo.store._study import StudyStore, open_storage
 from hpo.store.records import TrialContext, TrialStatus, context_of
 
 __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
-           "JOURNAL_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
+           "JOURNAL_FILE", "LEASE_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
            "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
            "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
            "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file", "TrialContext", "context_of", "check_storage_url",

@@ -112,9 +112,27 @@ class MasterLease:
             return False
         return True  # its creator is still writing it
 
+    def still_mine(self) -> bool:
+        """Strictly :meth:`still_held`: a missing lease file counts as lost.
+        For the moment a master takes the study's epoch, right after its
+        lease: one stopped in between may find another master ran the whole
+        study meanwhile and removed the lease when it ended."""
+        if not self.still_held():
+            return False
+        if (_read(self.path) or {}).get("token") == self.token:
+            return True
+        self.taken_by = self.taken_by or {"gone": True}
+        return False
+
     def taken_over_message(self) -> str:
         """What a master that lost the study says."""
         held = self.taken_by or {}
+        if held.get("gone"):
+            return (f"{self.path.parent}: another master ran this study while this one was starting "
+                    "(it was stopped or frozen for longer than the lease lasts, and the other "
+                    "removed the lease when it ended); this master stops without writing "
+                    "anything.\n  fix: look at the results with hpo status; run the same command "
+                    "again if trials are left")
         job = f", SLURM job {held['slurm_job']}" if held.get("slurm_job") else ""
         return (f"{self.path.parent}: another master took this study over (pid {held.get('pid', '?')} "
                 f"on {held.get('host', '?')}{job}) while this one was not renewing its lease (it was "

@@ -301,6 +301,7 @@ class StudyRelay:
         store (:mod:`hpo.store._epoch`). From then on, a later epoch in the
         store stops this relay (:class:`StoreUnavailable`, exit 75)."""
         self._study_id = study_id
+        self._check_lease_for_claim()
         known = [self.storage.get_study_system_attrs(study_id).get(EPOCH_ATTR), self._store_epoch]
         if self._journal is not None:
             known.append(journal_epoch(self._journal.path))
@@ -643,8 +644,15 @@ class StudyRelay:
                 continue
             if epoch_of(self._store_epoch) >= epoch_of(claimed) and self._store_epoch != claimed:
                 raise taken_over(self._journal.path, self._store_epoch, epoch_of(claimed))
+            self._check_lease_for_claim()  # again, under the journal's lock
             write_epoch_file(self._journal.path, claimed)
             self._epoch_file = None  # looked at again, as this master's own
+
+    def _check_lease_for_claim(self) -> None:
+        """A master stopped between taking its lease and taking the epoch
+        must not take the study back from one that ran it meanwhile."""
+        if self._lease is not None and not self._lease.still_mine():
+            raise StoreUnavailable(self._lease.taken_over_message())
 
     def _unavailable(self, exc: OSError) -> StoreUnavailable:
         """What a failed write means, in the words a user acts on."""
