@@ -67,6 +67,7 @@ ENGINES = Registry("engine", {
     "dask": "hpo.engines:DaskEngine",
     "compss": "hpo.engines:CompssEngine",
     "inline": "hpo.engines:InlineEngine",
+    "simulated": "hpo.engines:SimulatedEngine",
 })
 # Grid search needs no sampler; random search uses Optuna's RandomSampler,
 # Bayesian search one of SAMPLERS.
