@@ -117,3 +117,26 @@ def test_hpo_run_on_the_command_line_says_the_simulated_time_and_costs(tmp_path)
                               "--runs-dir", str(tmp_path / "runs")],
                              capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert refused.returncode == 2 and "--simulated-costs is for the simulated engine" in refused.stderr
+
+
+def test_an_earlier_studys_curves_replay_as_the_objective(tmp_path):
+    recorded = hpo.run(toy_space("rec", "hpo.examples.toy:curve", fixed={"steps": 6},
+                                 search={"parallel": 1}, space={"rate": [0.2, 0.5, 1.0]}),
+                       engine="inline", runs_dir=tmp_path, progress=False)
+    replay = {"name": "replayed", "objective": "hpo.replay:curves", "metric": {"name": "value"},
+              "fixed": {"replay": str(tmp_path / "rec")}, "search": {"algorithm": "grid"},
+              "scheduling": {"policy": "round_robin", "segment_steps": 2},
+              "space": {"rate": [0.2, 0.5, 1.0]}}
+    replayed = hpo.run(replay, engine=SimulatedEngine(slots=2), runs_dir=tmp_path, progress=False)
+    assert replayed.counts["COMPLETE"] == 3
+    by_rate = {t.params["rate"]: t.number for t in recorded.trials}
+    for trial in replayed.trials:  # suspended and resumed, every step once, as recorded
+        assert replayed.curves[trial.number] == recorded.curves[by_rate[trial.params["rate"]]]
+
+    unseen = {**replay, "name": "unseen", "scheduling": {"policy": "fifo"}, "space": {"rate": [0.7]}}
+    (failed,) = hpo.run(unseen, engine=SimulatedEngine(), runs_dir=tmp_path, progress=False).trials
+    assert failed.state is hpo.TrialStatus.FAILED and "replay_nearest" in failed.error
+    nearest = {**unseen, "name": "nearest", "fixed": {**unseen["fixed"], "replay_nearest": True}}
+    (stand_in,) = hpo.run(nearest, engine=SimulatedEngine(), runs_dir=tmp_path, progress=False).trials
+    assert stand_in.state is hpo.TrialStatus.COMPLETE
+    assert hpo.StudyResult.load(tmp_path / "nearest").curves[0] == recorded.curves[by_rate[0.5]]
