@@ -82,3 +82,13 @@ def test_the_space_names_it():
         hpo.parse_spec({"objective": "hpo.examples.toy:curve", "metric": {"name": "value"},
                         "search": {"algorithm": "bayesian", "sampler": "multifidelty", "max_trials": 10},
                         "space": {"rate": {"type": "float", "low": 0.1, "high": 2.0}}})
+
+
+def test_several_objectives_are_refused_with_the_fix():
+    import hpo
+
+    with pytest.raises(hpo.SpaceError, match='(?s)sampler "multifidelity" with 2 objectives.*fix'):
+        hpo.parse_spec({"objective": "hpo.examples.toy:curve",
+                        "metric": [{"name": "a"}, {"name": "b"}],
+                        "search": {"algorithm": "bayesian", "sampler": "multifidelity", "max_trials": 10},
+                        "space": {"rate": {"type": "float", "low": 0.1, "high": 2.0}}})
