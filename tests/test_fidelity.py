@@ -92,3 +92,16 @@ def test_several_objectives_are_refused_with_the_fix():
                         "metric": [{"name": "a"}, {"name": "b"}],
                         "search": {"algorithm": "bayesian", "sampler": "multifidelity", "max_trials": 10},
                         "space": {"rate": {"type": "float", "low": 0.1, "high": 2.0}}})
+
+
+def test_bayesian_search_defaults_to_multifidelity_where_trials_stop_early():
+    import hpo
+
+    base = {"objective": "hpo.examples.toy:curve", "metric": {"name": "value"},
+            "search": {"algorithm": "bayesian", "max_trials": 10},
+            "space": {"rate": {"type": "float", "low": 0.1, "high": 2.0}}}
+    assert hpo.parse_spec(base).search.sampler == "tpe"
+    assert hpo.parse_spec({**base, "early_stopping": {"pruner": "asha"}}).search.sampler == "multifidelity"
+    assert hpo.parse_spec({**base, "scheduling": {"policy": "convergence"}}).search.sampler == "multifidelity"
+    named = {**base, "search": {**base["search"], "sampler": "tpe"}, "early_stopping": {"pruner": "asha"}}
+    assert hpo.parse_spec(named).search.sampler == "tpe"  # the space's choice stands

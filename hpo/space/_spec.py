@@ -592,6 +592,8 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
         objectives=metrics if isinstance(top.get("metric"), list) else (),
         data=get("data", parse_data, None),
     )
+    if spec.search.algorithm == "bayesian" and "sampler" not in (top.get("search") or {}):
+        spec = replace(spec, search=replace(spec.search, sampler=_default_sampler(spec)))
     if spec.multi_objective:
         _check_multi_objective(spec, root)
     if spec.grid_size is None:
@@ -751,6 +753,15 @@ def _check_multi_objective(spec: StudySpec, root: Loc) -> None:
             f"scheduling policy {spec.scheduling.policy!r} with {len(spec.metrics)} objectives: "
             "segmented policies rank trials by a single loss",
             'remove scheduling.policy (or set it to "fifo") or use one metric')
+
+
+def _default_sampler(spec: StudySpec) -> str:
+    """Bayesian search's sampler when the space names none: multi-fidelity
+    TPE where trials stop early (a pruner, a time-sharing policy), as it
+    learns from the curves they leave; TPE otherwise (docs/performance.md,
+    "Search quality on LCBench")."""
+    stops_early = spec.early_stopping.pruner != "none" or spec.scheduling.policy != "fifo"
+    return "multifidelity" if stops_early and not spec.multi_objective else "tpe"
 
 
 def _search(value: object, at: Loc) -> SearchSettings:
