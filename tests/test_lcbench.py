@@ -1,0 +1,119 @@
+"""The LCBench objective (a YAHPO Gym surrogate replayed) and bench/lcbench.py.
+
+Both need the surrogate's data folder (``$HPO_YAHPO_DATA``, by default
+``/work/shared/data/yahpo``) and onnxruntime; without them they are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from hpo.examples import lcbench
+
+DATA = Path(os.environ.get("HPO_YAHPO_DATA", "/work/shared/data/yahpo"))
+ROOT = Path(__file__).resolve().parents[1]
+
+needs_data = pytest.mark.skipif(not (DATA / "lcbench" / "model.onnx").is_file(),
+                                reason=f"no YAHPO surrogate data in {DATA} (set HPO_YAHPO_DATA)")
+pytest.importorskip("onnxruntime", reason="reading the surrogate needs onnxruntime")
+
+DEFAULT = {"batch_size": 91, "learning_rate": 0.0031622777, "momentum": 0.545,
+           "weight_decay": 0.050005, "num_layers": 3, "max_units": 256, "max_dropout": 0.5}
+EDGE = {"batch_size": 512, "learning_rate": 0.1, "momentum": 0.1, "weight_decay": 1e-05,
+        "num_layers": 1, "max_units": 1024, "max_dropout": 0.0}
+# (task, config) -> {epoch: (time, val_accuracy)} as yahpo_gym 1.0.2's
+# BenchmarkSet("lcbench").objective_function returned them (numpy 1.26,
+# ConfigSpace 0.6.1, onnxruntime 1.32), rounded to 4 decimals.
+YAHPO_GYM = {
+    ("3945", "DEFAULT"): {1: (15.9236, 38.195), 26: (102.431, 92.3536), 52: (165.6897, 93.3988)},
+    ("189909", "EDGE"): {1: (2.4851, 42.4648), 26: (46.0986, 56.1641), 52: (82.3841, 55.8902)},
+}
+
+
+class StandIn:
+    """The trial contract the objective uses: ``elapse`` records the cost,
+    ``should_stop`` turns True after ``stop_after`` reports of this attempt."""
+
+    def __init__(self, reports=None, stop_after=None):
+        self.reports = list(reports or [])
+        self.elapsed: list[float] = []
+        self.stop_after = stop_after
+        self._made = 0
+
+    @property
+    def next_step(self) -> int:
+        return self.reports[-1][0] + 1 if self.reports else 0
+
+    def elapse(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.elapsed.append(seconds)
+
+    def report(self, step: int, **metrics: float) -> None:
+        self.reports.append((step, metrics))
+        self._made += 1
+
+    def should_stop(self) -> bool:
+        return self.stop_after is not None and self._made >= self.stop_after
+
+
+def config(params=DEFAULT, task="3945"):
+    return {**params, "task": task, "scenario": "lcbench", "data": str(DATA)}
+
+
+@needs_data
+def test_reader_gives_yahpo_gyms_values():
+    surrogate = lcbench.open_surrogate(DATA)
+    for (task, which), expected in YAHPO_GYM.items():
+        y = surrogate.predict(task, [DEFAULT if which == "DEFAULT" else EDGE], levels=list(expected))
+        for (epoch, (time_s, accuracy)), row in zip(expected.items(), y[0]):
+            assert row[0] == pytest.approx(time_s, abs=1e-3), (task, epoch)
+            assert row[1] == pytest.approx(accuracy, abs=1e-3), (task, epoch)
+
+
+@needs_data
+def test_replay_reports_every_epoch_and_costs_sum_to_the_training_time():
+    trial = StandIn()
+    out = lcbench.train(config(), trial)
+    curve = lcbench.open_surrogate(DATA).curve("3945", DEFAULT)
+    assert [s for s, _ in trial.reports] == list(range(52))
+    assert out == {"val_error": pytest.approx(1 - 93.3988 / 100, abs=1e-5)}
+    assert trial.reports[-1][1]["val_error"] == out["val_error"]
+    assert all(0 <= m["val_error"] <= 1 for _, m in trial.reports)
+    assert len(trial.elapsed) == 52 and min(trial.elapsed) >= 0
+    assert math.fsum(trial.elapsed) == pytest.approx(curve.times[-1])
+    assert curve.times[-1] == pytest.approx(165.6897, abs=1e-3)  # the surrogate's cumulative time at epoch 52
+
+
+@needs_data
+def test_a_stopped_replay_resumes_at_next_step_as_if_never_stopped():
+    straight = StandIn()
+    lcbench.train(config(EDGE, "189909"), straight)
+    first = StandIn(stop_after=10)
+    cut = lcbench.train(config(EDGE, "189909"), first)
+    assert first.next_step == 10 and cut["val_error"] == first.reports[-1][1]["val_error"]
+    second = StandIn(reports=first.reports)  # as hpo resumes it: the earlier reports, a fresh attempt
+    out = lcbench.train(config(EDGE, "189909"), second)
+    assert [s for s, _ in second.reports] == list(range(52))
+    assert second.reports == straight.reports
+    assert first.elapsed + second.elapsed == pytest.approx(straight.elapsed)
+    assert out == lcbench.train(config(EDGE, "189909"), StandIn())
+    done = StandIn(reports=straight.reports)  # resumed after its last step: nothing to train
+    assert lcbench.train(config(EDGE, "189909"), done) == out and done.elapsed == []
+
+
+@needs_data
+def test_space_is_a_valid_hpo_space_and_the_preflight_names_what_is_missing(tmp_path):
+    from hpo.api import prepare
+
+    spec = prepare(lcbench.space("3945", DATA, search={"algorithm": "random", "max_trials": 4}))
+    assert set(spec.params) == set(DEFAULT) and spec.metric.direction == "minimize"
+    assert spec.fixed == {"task": "3945", "scenario": "lcbench", "data": str(DATA)}
+    lcbench.train.preflight({"task": "3945", "data": str(DATA)})
+    with pytest.raises(lcbench.DataMissing, match="yahpo_data"):
+        lcbench.train.preflight({"task": "3945", "data": str(tmp_path)})
+    with pytest.raises(ValueError, match="not a lcbench task"):
+        lcbench.train.preflight({"task": "1", "data": str(DATA)})
