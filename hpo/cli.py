@@ -144,7 +144,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="dask: address or scheduler file of a running scheduler")
     run.add_argument("--workers", type=_positive_int, metavar="N",
                      help="dask: worker processes of the embedded cluster "
-                          "(default: one per trial slot that fits the machine)")
+                          "(default: one per trial slot that fits the machine); "
+                          "simulated: slots (1 to 4096)")
+    run.add_argument("--simulated-costs", metavar="NAME=S,...",
+                     help="simulated: hpo's own costs added to simulated time, in seconds "
+                          "(dispatch, start, save, restore; default: the measured ones)")
     add_study_options(run, parallel_default="the space's, else every slot")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     run.add_argument("--allow-changes", action="store_true",
@@ -245,9 +249,14 @@ def _run(args: argparse.Namespace) -> int:
     run_dir = Path(args.runs_dir) / spec.name
     print(f"study {spec.name}: {spec.search.algorithm} search, up to {spec.max_trials} trials, "
           f"engine {engine}, results in {run_dir}", file=sys.stderr)
-    result = run(spec, engine=engine, scheduler=args.scheduler, workers=args.workers,
+    simulated = _simulated_engine(args, spec, engine)
+    result = run(spec, engine=simulated or engine, scheduler=args.scheduler,
+                 workers=None if simulated else args.workers,
                  storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet,
                  allow_changes=args.allow_changes)
+    if simulated is not None:
+        print(f"simulated time: {simulated.now():,.0f} s on {simulated.slots} slots, with hpo's "
+              f"costs: {simulated.costs.describe()}", file=sys.stderr)
     _print_pareto(result)
     print(result.table(limit=_STATUS_ROWS))
     _print_summary(result, run_dir)
@@ -255,6 +264,20 @@ def _run(args: argparse.Namespace) -> int:
           f"hpo dashboard {shlex.quote(str(run_dir))}")
     # Trials ran and none completed: a batch script should notice.
     return 1 if result.trials and result.best is None else 0
+
+
+def _simulated_engine(args: argparse.Namespace, spec, engine: str):
+    """The simulated engine of ``--engine simulated`` (its costs from the
+    command line), or None for another engine."""
+    if engine != "simulated":
+        if args.simulated_costs:
+            raise UsageError("--simulated-costs is for the simulated engine.\n"
+                             "  fix: add --engine simulated, or drop it")
+        return None
+    from hpo.engines import SimulatedCosts, SimulatedEngine
+
+    costs = SimulatedCosts.parse(args.simulated_costs) if args.simulated_costs else None
+    return SimulatedEngine(args.workers or spec.search.parallel or 1, costs)
 
 
 def _print_summary(result, run_dir: Path) -> None:

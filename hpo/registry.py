@@ -67,6 +67,7 @@ ENGINES = Registry("engine", {
     "dask": "hpo.engines:DaskEngine",
     "compss": "hpo.engines:CompssEngine",
     "inline": "hpo.engines:InlineEngine",
+    "simulated": "hpo.engines:SimulatedEngine",
 })
 # Grid search needs no sampler; random search uses Optuna's RandomSampler,
 # Bayesian search one of SAMPLERS.
@@ -78,6 +79,7 @@ ALGORITHMS = Registry("search algorithm", {
 SAMPLERS = Registry("sampler", {
     "tpe": "hpo.search:tpe_sampler",
     "gp": "hpo.search:gp_sampler",
+    "multifidelity": "hpo.search:multifidelity_sampler",  # BOHB's model per budget: every report counts
     "nsga2": "hpo.search._multi:nsga2_sampler",  # multi-objective studies
 })
 PRUNERS = Registry("pruner", {

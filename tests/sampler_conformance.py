@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 import hpo
 from hpo.store import RunDir
+from hpo.search import MultiFidelitySampler
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 DISCRETE = {"x": [0, 1, 2, 3], "y": [-1, 0]}  # 8 points
@@ -86,6 +87,7 @@ CASES = [
     Case("grid", lambda c: S.GridSampler(DISCRETE, seed=0), space=DISCRETE),
     Case("bruteforce", lambda c: _quiet(lambda: S.BruteForceSampler(seed=0)), space=DISCRETE),
     Case("cmaes", lambda c: S.CmaEsSampler(seed=0, n_startup_trials=2), needs=("cmaes",)),
+    Case("multifidelity", lambda c: MultiFidelitySampler(seed=0, min_points=2)),
 ]
 CONSTRAINED = [case for case in CASES if case.constrained]
 

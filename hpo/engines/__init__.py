@@ -1,4 +1,5 @@
-"""Engines: how trial tasks run (compss, dask, inline), behind one interface.
+"""Engines: how trial tasks run (compss, dask, inline; simulated: on simulated
+time, in the master's process), behind one interface.
 
 Chosen by name through :data:`hpo.registry.ENGINES` (``make_engine``), or
 passed to ``hpo.run`` as an :class:`Engine` object.
@@ -13,6 +14,7 @@ from hpo.engines._base import Abandons, Engine, FollowsTasks, HasInventory, Reac
 from hpo.engines._compss import CompssEngine, under_compss_runtime
 from hpo.engines._dask import DaskEngine
 from hpo.engines._inline import InlineEngine
+from hpo.engines._simulated import SimulatedCosts, SimulatedEngine, SimulatedTime
 from hpo.machine import trials_per_node, visible_gpus
 from hpo.errors import UsageError
 from hpo.registry import ENGINES
@@ -20,7 +22,8 @@ from hpo.registry import ENGINES
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ReachesEveryWorker", "Abandons", "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine", "InlineEngine", "make_engine",
+__all__ = ["Engine", "ReachesEveryWorker", "Abandons", "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine", "InlineEngine", "SimulatedEngine",
+           "SimulatedCosts", "SimulatedTime", "make_engine",
            "default_engine_name", "under_compss_runtime", "visible_gpus", "trials_per_node"]
 
 

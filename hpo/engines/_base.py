@@ -78,6 +78,10 @@ class Engine(abc.ABC):
     def slots(self) -> int:
         """How many trials can run at once."""
 
+    #: The longest the master waits on the engine before looking at its clock
+    #: again (its deadlines, silent trials), in the engine's seconds.
+    poll_s: float = 0.5
+
     def now(self) -> float:
         """The master's clock, in seconds (monotonic): its deadlines and
         heartbeat checks read it here, so an engine that simulates time

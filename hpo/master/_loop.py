@@ -41,7 +41,6 @@ from hpo.trial import Objective, TrialTask
 
 __all__ = ["Controller"]
 
-_POLL_S = 0.5  # longest wait for the engine before looking at the clock again
 
 
 @dataclass
@@ -201,7 +200,9 @@ class Controller:
                 if allocator.pending and not stopping:
                     raise RuntimeError(f"{allocator.pending} trials wait and none can start")
                 break
-            ended = lifecycle.finished(self.engine, self._in_flight, _POLL_S)
+            wait_s = self.engine.poll_s if stopping else min(  # woken at the deadline, not after
+                self.engine.poll_s, max(deadline - self.engine.now(), 0.001))
+            ended = lifecycle.finished(self.engine, self._in_flight, wait_s)
             if ended:
                 self._relay.catch_up()  # ends written around the relay, by unreachable workers
             silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, self.engine.now())

@@ -1,4 +1,5 @@
-"""Search algorithms behind one ask interface: grid, random, bayesian (TPE, GP).
+"""Search algorithms behind one ask interface: grid, random, bayesian (TPE, GP,
+multi-fidelity TPE).
 
 The names a space may use are :data:`hpo.registry.ALGORITHMS` and
 :data:`hpo.registry.SAMPLERS`; ``hpo.run(sampler=...)`` also takes any
@@ -15,6 +16,7 @@ import optuna
 
 from hpo.registry import ALGORITHMS, SAMPLERS
 from hpo.search._base import Proposal, ProposalSampler, Searcher
+from hpo.search._fidelity import MultiFidelitySampler, budgets, multifidelity_sampler
 from hpo.search._paused import paused_view, sampler_view
 from hpo.search._samplers import (
     GridSearcher, SamplerSearcher, gp_sampler, random_sampler, startup_trials, tpe_sampler,
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from hpo.space import StudySpec
 
 __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_study", "open_search",
-           "random_sampler", "tpe_sampler", "gp_sampler", "startup_trials", "paused_view",
+           "random_sampler", "tpe_sampler", "gp_sampler", "multifidelity_sampler", "MultiFidelitySampler", "budgets", "startup_trials", "paused_view",
            "sampler_view"]
 
 

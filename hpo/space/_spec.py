@@ -742,6 +742,10 @@ def _check_multi_objective(spec: StudySpec, root: Loc) -> None:
             f"pruner {spec.early_stopping.pruner!r} with {len(spec.metrics)} objectives: "
             "Optuna's pruners support single-objective studies only",
             'remove early_stopping.pruner or use one metric')
+    if spec.search.sampler == "multifidelity":
+        (root / "search" / "sampler").fail(
+            f'sampler "multifidelity" with {len(spec.metrics)} objectives: it ranks reports by a '
+            "single value", 'use "tpe" or "nsga2", or one metric')
     if spec.scheduling.policy != "fifo":
         (root / "scheduling" / "policy").fail(
             f"scheduling policy {spec.scheduling.policy!r} with {len(spec.metrics)} objectives: "

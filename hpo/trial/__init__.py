@@ -8,12 +8,15 @@
 - ``_pulse``: heartbeats, and the master's time awake to hear them;
   ``_local_stop``: stops asked by a signal; ``_ending``: an objective that
   ends the master's process (the inline engine);
+- ``_clock``: the trial's time, real or simulated (:func:`now`, :meth:`Trial.elapse`);
 - ``_cpus``, ``_log``, ``_objective``, ``_quantum``: cores, the trial's log,
   finding the objective, the time-shared trial's clock and its quantum rule
   (Hermes' convergence: the worker judges itself, the master ranks by it).
 """
 
 from hpo.store.records import TrialStatus
+from hpo.trial._clock import Clock, RealClock, now, using_clock
+from hpo.trial._attempt import TaskInterrupted
 from hpo.trial._ending import ended_the_interpreter
 from hpo.trial._handle import Trial
 from hpo.trial._local_stop import request_suspend, stop_grace_s, suspend_requested
@@ -36,4 +39,4 @@ __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",
-           "representative_loss"]
+           "representative_loss", "Clock", "RealClock", "now", "using_clock", "TaskInterrupted"]

@@ -121,6 +121,8 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
                 result.returned = objective(dict(task.config), trial)
         except runtime_interruptions() as exc:
             raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
+        except TaskInterrupted:  # the simulated engine's time limit, in trial.elapse
+            raise
         except (Exception, SystemExit) as exc:  # user code: recorded, never raised
             result.error = {
                 "type": type(exc).__name__, "message": str(exc),

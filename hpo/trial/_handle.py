@@ -18,6 +18,7 @@ from typing import Any
 from hpo.data import DataPaths, SourcePaths, StagingError, UnknownDataItem
 from hpo.store import Halted, TrialLink, write_atomically
 from hpo.store.records import PROFILE_ATTR, event_key, event_record
+from hpo.trial._clock import clock
 from hpo.trial._local_stop import suspend_requested
 from hpo.trial._quantum import QuantumClock
 
@@ -379,6 +380,15 @@ class Trial:
                 self.staging_fault = fault
                 raise
         return self._data_paths[name]
+
+    def elapse(self, seconds: float) -> None:
+        """Spend ``seconds`` of this trial's time: a sleep in a real run, and
+        simulated time on :class:`hpo.engines.SimulatedEngine`. For objectives
+        that replay curves (a surrogate, an earlier study's reports) with what
+        each step cost."""
+        if isinstance(seconds, bool) or not isinstance(seconds, Real) or not seconds >= 0:
+            raise TypeError(f"trial.elapse: seconds must be a number >= 0, got {seconds!r}")
+        clock().sleep(float(seconds))
 
     @property
     def next_step(self) -> int:

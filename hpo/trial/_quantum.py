@@ -8,10 +8,11 @@ only then does it checkpoint and suspend. Preemption only when it pays.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from hpo.trial._clock import now
 
 __all__ = ["QuantumClock", "QuantumRule", "milestones_passed", "representative_loss", "convergence"]
 
@@ -120,7 +121,7 @@ class QuantumClock:
     save_s: float = 0.0
     restore_s: float = 0.0
     _losses: list[float] = field(default_factory=list)
-    _started: float = field(default_factory=time.monotonic)
+    _started: float = field(default_factory=now)
 
     def add(self, loss: float | None) -> None:
         """A report of the study's metric (as a loss), or None when it lacks it."""
@@ -143,7 +144,7 @@ class QuantumClock:
         steps, seconds = self.rule.length(self.preemptions, self.history, self._checkpoint_cost())
         if steps is not None:
             return len(self._losses) >= steps
-        return time.monotonic() - self._started >= seconds
+        return now() - self._started >= seconds
 
     def end(self, contender: Callable[[], float | None]) -> str | None:
         """End the quantum: the reason to yield the slot, or None to keep it."""
@@ -154,7 +155,7 @@ class QuantumClock:
             shown = "a new or lost trial" if rival == float("inf") else f"a waiting trial (C={rival:.4g})"
             return f"quantum {self.quanta} done, C={judged:.4g}; {shown} goes first; checkpointed"
         self.previous_loss = representative_loss(self._losses)
-        self._losses, self._started = [], time.monotonic()
+        self._losses, self._started = [], now()
         return None
 
     def record(self) -> dict[str, Any]:
