@@ -117,3 +117,54 @@ def test_space_is_a_valid_hpo_space_and_the_preflight_names_what_is_missing(tmp_
         lcbench.train.preflight({"task": "3945", "data": str(tmp_path)})
     with pytest.raises(ValueError, match="not a lcbench task"):
         lcbench.train.preflight({"task": "1", "data": str(DATA)})
+
+
+# ------------------------------------------------------------ the benchmark
+
+ROW = r"^(hpo|optuna|dehb):\S+((\s+\d\.\d{4}){4})\s+\d+$"
+
+
+def _bench(*args, timeout=240):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "lcbench.py"), *args], check=False,
+                          capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@needs_data
+def test_bench_three_tasks_one_seed(tmp_path):
+    import json
+    import re
+
+    done = _bench("--data", str(DATA), "--tasks", "3", "--seeds", "1", "--workers", "4", "--budget", "5",
+                  "--jobs", "1", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    tasks = lcbench.open_surrogate(DATA).tasks[:3]
+    starts = [i for i, line in enumerate(lines) if line.startswith("task ")]
+    assert [lines[i].split(":")[0] for i in starts] == [f"task {t}" for t in tasks]
+    for i in starts:  # a header, then a row per contender with 4 regrets in [0, 1] and the trials
+        rows = []
+        for line in lines[i + 2:]:
+            if not (m := re.match(ROW, line)):
+                break
+            rows.append([float(v) for v in m.group(2).split()])
+        assert len(rows) >= 4 and all(0 <= v <= 1 for row in rows for v in row)
+        assert any(row[-1] == 0 for row in rows)  # someone found the task's best
+    assert re.fullmatch(r"tasks_won=[0-3] of 3", lines[-2])
+    p = float(re.fullmatch(r"wilcoxon_p=(\S+)", lines[-1]).group(1))
+    assert 0 <= p <= 1
+    assert "[36/36]" in done.stderr  # the progress lines: 3 tasks x 1 seed x 12 contenders
+    record = json.loads((tmp_path / "lcbench.json").read_text())
+    assert set(record["tasks"]) == set(tasks) and len(record["runs"]) == 36
+    assert all(r["points"] == sorted(r["points"]) for r in record["runs"].values())
+    assert (tmp_path / "lcbench.html").stat().st_size > 0
+
+
+def test_bench_without_data_says_how_to_get_it(tmp_path):
+    done = _bench("--data", str(tmp_path), "--tasks", "1", timeout=60)
+    assert done.returncode == 2
+    assert "yahpo_data" in done.stderr and "Traceback" not in done.stderr
