@@ -17,7 +17,8 @@ Contenders, in the same run (bench/_lcbench_runs.py says how each runs):
   dispatch, process start and checkpoint costs added to simulated time):
   random search and TPE (``bayesian``), each with the median, ASHA and
   Hyperband pruners and with convergence-aware scheduling (segments of 4
-  epochs); and multi-fidelity TPE (``sampler: multifidelity``) with
+  epochs, time-sharing as many configurations as the budget could train
+  fully, as Hermes schedules a given set of jobs); and multi-fidelity TPE (``sampler: multifidelity``) with
   Hyperband;
 - Optuna through its own ask/tell on the same simulated clock, none of hpo's
   code in its loop: TPE + ``HyperbandPruner(min_resource=1,
@@ -146,9 +147,9 @@ def _start_worker(data: str, scenario: str, exact_tpe: bool) -> None:
     logging.getLogger("hpo").setLevel(logging.ERROR)
 
 
-def _run_unit(name: str, task: str, workers: int, budget_s: float, seed: int) -> dict[str, Any]:
+def _run_unit(name: str, task: str, workers: int, budget_s: float, seed: int, pool: int) -> dict[str, Any]:
     assert _SURROGATE is not None
-    trace = runs.run(name, _SURROGATE, task, workers, budget_s, seed)
+    trace = runs.run(name, _SURROGATE, task, workers, budget_s, seed, pool)
     return trace.as_dict()
 
 
@@ -188,15 +189,16 @@ def run_all(args: argparse.Namespace, tasks: list[Task], names: list[str]) -> di
                f"{trace['trials']} trials, {trace['wall_s']:.1f} s; elapsed {_elapsed(began)}")
 
     init = (str(args.data), args.scenario, args.exact_tpe)
+    pool = max(1, round(args.budget))  # the configurations a time-sharing policy schedules
     if args.jobs == 1:
         _start_worker(*init)
         for name, t, seed in units:
-            done(name, t, seed, _run_unit(name, t.task, args.workers, t.budget_s, seed))
+            done(name, t, seed, _run_unit(name, t.task, args.workers, t.budget_s, seed, pool))
     else:
         with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"),
-                                 initializer=_start_worker, initargs=init) as pool:
-            futures = {pool.submit(_run_unit, name, t.task, args.workers, t.budget_s, seed): (name, t, seed)
-                       for name, t, seed in units}
+                                 initializer=_start_worker, initargs=init) as processes:
+            futures = {processes.submit(_run_unit, name, t.task, args.workers, t.budget_s, seed, pool):
+                       (name, t, seed) for name, t, seed in units}
             for future in as_completed(futures):
                 done(*futures[future], future.result())
     if sys.stderr.isatty():
