@@ -130,7 +130,9 @@ def simulate_optuna(surrogate: Surrogate, task: str, sampler: optuna.samplers.Ba
     """One asynchronous Optuna study of ``workers`` on ``task`` for ``budget_s`` simulated seconds."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     began = time.perf_counter()
-    study = optuna.create_study(direction="minimize", sampler=sampler, pruner=pruner)
+    # A fixed name: Hyperband puts a trial in a bracket by a hash of the study's name.
+    study = optuna.create_study(study_name=f"lcbench-{task}", direction="minimize", sampler=sampler,
+                                pruner=pruner)
     space = distributions(surrogate.hyperparameters)
     trace = Trace()
     events: list[tuple[float, int, int]] = []  # (simulated time, sequence, worker)

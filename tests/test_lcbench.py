@@ -168,3 +168,18 @@ def test_bench_without_data_says_how_to_get_it(tmp_path):
     done = _bench("--data", str(tmp_path), "--tasks", "1", timeout=60)
     assert done.returncode == 2
     assert "yahpo_data" in done.stderr and "Traceback" not in done.stderr
+
+
+@needs_data
+def test_optuna_on_the_simulated_clock_is_repeatable_and_stays_in_its_budget():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import _lcbench_runs as runs
+
+    surrogate = lcbench.open_surrogate(DATA)
+    budget_s = 600.0
+    first, again = (runs.run("optuna:tpe+hyperband", surrogate, "3945", 4, budget_s, 0, 10) for _ in range(2))
+    assert first.points == again.points and first.trials == again.trials > 4
+    assert all(0 < t <= budget_s for t, _ in first.points)
+    assert [v for _, v in first.points] == sorted((v for _, v in first.points), reverse=True)
