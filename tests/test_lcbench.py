@@ -119,6 +119,18 @@ def test_space_is_a_valid_hpo_space_and_the_preflight_names_what_is_missing(tmp_
         lcbench.train.preflight({"task": "1", "data": str(DATA)})
 
 
+@needs_data
+def test_the_space_file_printed_by_the_module_is_the_space(capsys):
+    import json
+
+    lcbench.main(["--task", "7593", "--data", str(DATA), "--max-trials", "20"])
+    study = json.loads(capsys.readouterr().out)
+    assert study["space"] == lcbench.space("7593", DATA)["space"] and study["search"]["max_trials"] == 20
+    with pytest.raises(SystemExit) as stop:
+        lcbench.main(["--task", "1", "--data", str(DATA)])
+    assert stop.value.code == 2
+
+
 # ------------------------------------------------------------ the benchmark
 
 ROW = r"^(hpo|optuna|dehb):\S+((\s+\d\.\d{4}){4})\s+\d+$"

@@ -19,7 +19,10 @@ and ifBO report on.
   The curve depends on (configuration, step) alone, so a suspended trial
   resumes exactly at ``trial.next_step``. Returns ``{"val_error": last}``.
 - :func:`space`: the scenario's space as an hpo space dict (metric
-  ``val_error``, minimised), from the data folder's ``config_space.json``.
+  ``val_error``, minimised), from the data folder's ``config_space.json``;
+  as a file: ``python -m hpo.examples.lcbench --task 3945 --data FOLDER >
+  lcbench.json``, then ``hpo run lcbench.json --engine simulated --workers 32``
+  (add a ``search.timeout_s`` of simulated seconds, or a ``max_trials``).
 - :class:`Surrogate`: the reader. One ONNX call predicts a configuration's
   whole curve (all 52 epochs in a batch, about 1 ms against 52 calls of
   0.3 ms through ``yahpo_gym``); curves are cached, so replaying one again
@@ -431,3 +434,28 @@ def space(task: str, data: str | Path, scenario: str = "lcbench", **settings: An
         "space": {h.name: h.as_space() for h in surrogate.hyperparameters},
         **settings,
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print a task's space file: ``python -m hpo.examples.lcbench --task ID --data FOLDER``."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m hpo.examples.lcbench",
+                                     description="Print a YAHPO scenario's task as an hpo space file.")
+    parser.add_argument("--task", required=True, help="the OpenML task id, e.g. 3945")
+    parser.add_argument("--data", required=True, help="the folder holding <scenario>/model.onnx")
+    parser.add_argument("--scenario", default="lcbench", choices=sorted(SCENARIOS))
+    parser.add_argument("--max-trials", type=int, default=200)
+    args = parser.parse_args(argv)
+    try:
+        study = space(args.task, args.data, args.scenario, name=f"{args.scenario}-{args.task}",
+                      search={"algorithm": "random", "max_trials": args.max_trials})
+    except (DataMissing, ValueError) as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    json.dump(study, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
