@@ -195,3 +195,45 @@ def test_optuna_on_the_simulated_clock_is_repeatable_and_stays_in_its_budget():
     assert first.points == again.points and first.trials == again.trials > 4
     assert all(0 < t <= budget_s for t, _ in first.points)
     assert [v for _, v in first.points] == sorted((v for _, v in first.points), reverse=True)
+
+
+def test_a_scenario_whose_fidelity_is_a_fraction_steps_through_fractions_each_a_training(tmp_path, monkeypatch):
+    """iaml_glmnet's layout (no data for it here: the surrogate's outputs are made up)."""
+    import json
+
+    import numpy as np
+
+    folder = tmp_path / "iaml_glmnet"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"")
+    (folder / "encoding.json").write_text(json.dumps({"task_id": {"40981": 1, "1489": 2}}))
+    (folder / "config_space.json").write_text(json.dumps({"hyperparameters": [
+        {"name": "task_id", "type": "categorical", "choices": ["40981", "1489"]},
+        {"name": "alpha", "type": "uniform_float", "lower": 0.0, "upper": 1.0, "log": False},
+        {"name": "s", "type": "uniform_float", "lower": 1e-4, "upper": 1e3, "log": True},
+        {"name": "trainsize", "type": "uniform_float", "lower": 0.03, "upper": 1.0, "log": False}],
+        "conditions": []}))
+    surrogate = lcbench.Surrogate(tmp_path, "iaml_glmnet")
+    assert surrogate.tasks == ("40981", "1489") and [h.name for h in surrogate.hyperparameters] == ["alpha", "s"]
+    assert surrogate.steps == 16 and surrogate.levels[0] == pytest.approx(0.03) and surrogate.levels[-1] == 1.0
+    assert np.all(np.diff(surrogate.levels) > 0)
+
+    def predict(task, configs, levels=None):  # mmce falls and training time grows with the fraction
+        y = np.zeros((len(configs), surrogate.steps, len(surrogate.scenario.y_names)))
+        y[:, :, 0] = 0.5 - 0.2 * surrogate.levels
+        y[:, :, 7] = 10 * surrogate.levels
+        return y
+
+    monkeypatch.setattr(surrogate, "predict", predict)
+    curve = surrogate.curve("40981", {"alpha": 0.5, "s": 1.0})
+    assert curve.errors == pytest.approx(0.5 - 0.2 * surrogate.levels)
+    assert curve.costs == pytest.approx(10 * surrogate.levels)  # each fraction trained anew
+    assert curve.times[-1] == pytest.approx(10 * surrogate.levels.sum())
+    monkeypatch.setitem(lcbench._OPEN, (str(tmp_path.resolve()), "iaml_glmnet"), surrogate)
+    trial = StandIn(stop_after=3)
+    config = {"alpha": 0.5, "s": 1.0, "task": "40981", "scenario": "iaml_glmnet", "data": str(tmp_path)}
+    assert lcbench.train(config, trial) == {"val_error": pytest.approx(0.5 - 0.2 * surrogate.levels[2])}
+    assert trial.elapsed == pytest.approx(list(10 * surrogate.levels[:3]))
+    study = lcbench.space("1489", tmp_path, "iaml_glmnet")
+    assert study["space"] == {"alpha": {"type": "float", "low": 0.0, "high": 1.0},
+                              "s": {"type": "float", "low": 1e-4, "high": 1e3, "log": True}}

@@ -153,6 +153,9 @@ SCENARIOS: dict[str, Scenario] = {
                         ("num.impute.selected.cpo",)),
 }
 """The scenarios this reader knows, after ``yahpo_gym`` 1.0.2's own tables.
+Only LCBench has been read from its real files here (the project's data
+folder holds no other); the ``iaml_*``/``rbv2_*`` rows follow yahpo_gym's
+tables and are tested on a made-up surrogate.
 Scenarios with conditional parameters (``*_super``, ``*_ranger``, ``*_xgboost``,
 ``rbv2_svm``, ``nb301``) are not among them: their inactive inputs need
 ``yahpo_gym``'s missing-value encoding, which nothing here checks."""
