@@ -37,9 +37,10 @@ best anyone found and 1 is no better than a typical random configuration
 (or nothing reported yet).
 
 TPE's truncated-normal masses call ``scipy.special.log_ndtr`` instead of
-Optuna's pure-Python loop over ``math.erf`` (the same function to a relative
-5.6e-8; TPE asks about 2.7 times faster), for hpo's TPE and Optuna's alike;
-``--exact-tpe`` keeps Optuna's own.
+Optuna's pure-Python loop over ``math.erf``, for hpo's TPE and Optuna's
+alike: the same function to a relative 5.6e-8, and an Optuna TPE + Hyperband
+run 2.8 times faster (task 3945: 25.6 to 9.2 s). Rounding differs, so a run
+takes a different path than with Optuna's own; ``--exact-tpe`` keeps it.
 
 Run: ``python bench/lcbench.py [--scenario lcbench] [--data FOLDER]
 [--tasks N|all|ID,ID] [--seeds N] [--workers N] [--budget N] [--jobs J]
