@@ -535,7 +535,9 @@ def _kill_a_busy_worker(study: Study, cluster: Cluster, rng: random.Random,
 
         def kill() -> None:
             os.kill(pid, signal.SIGSTOP)  # its trial can no longer end meanwhile
-            if pid in _busy_workers(study, True, reported=1, left=1):
+            # Two steps left on disk: the last report and the end may be on
+            # their way to the relay already, a step more cannot be.
+            if pid in _busy_workers(study, True, reported=1, left=2):
                 cluster.kill_worker(pid)
                 killed.append(pid)
             else:

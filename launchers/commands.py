@@ -57,7 +57,8 @@ def _submit_options(p: argparse.ArgumentParser) -> None:
 
 def _allocation_options(p) -> None:
     # The engines that run a study across an allocation's nodes.
-    p.add_argument("--engine", choices=[n for n in ENGINES.names if n != "inline"], default="dask",
+    p.add_argument("--engine", choices=[n for n in ENGINES.names if n not in ("inline", "simulated")],
+                   default="dask",
                    help="dask: an sbatch script with a Dask cluster; compss: enqueue_compss "
                         "(default: %(default)s)")
     p.add_argument("--nodes", type=int, metavar="N",

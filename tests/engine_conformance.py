@@ -157,6 +157,16 @@ class EngineConformance:
         ran = {t.number: bool(run_of(t)) for t in RunDir(tmp_path / "cancel").open_store().trials()}
         assert ran == {task.number: task is not cancelled for task in tasks}
 
+    def test_a_task_over_while_the_master_waited_on_others_is_kept_for_a_later_wait(self, kit, tmp_path):
+        spec = parse_spec(toy_space("asked", "hpo.examples.toy:sleep", search={"parallel": kit.slots},
+                                    space={"sleep_s": [0.0, 1.0]}))
+        quick, slow = stored_tasks(spec, tmp_path / "asked")
+        with kit.engine(spec) as engine:
+            follow_the_store(engine, quick)
+            first, second = engine.submit(quick), engine.submit(slow)
+            settle_all(engine, [second])  # the quick one ends meanwhile, not asked about
+            settle_all(engine, [first])  # still there to be told
+
     def test_a_priority_task_goes_ahead_of_queued_ones(self, kit, tmp_path):
         spec = parse_spec(toy_space("priority", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
                                     space={"x": list(range(kit.slots + 3))}))

@@ -186,7 +186,7 @@ def test_the_runtime_time_out_is_a_timeout_and_ends_the_child(compss, monkeypatc
     slow, quick = sorted(result.trials, key=lambda t: -t.params["sleep_s"])
     assert slow.state is TrialStatus.TIMEOUT
     # Ended by COMPSs' time_out (2 s), not by the trial's own limit (10 s), which says otherwise.
-    assert slow.error == "TimeOutError: the engine ended the task at its time_out"
+    assert slow.error == "TimeOutError: the engine ended the task at its time_out (time_limit_s=10)"
     assert quick.state is TrialStatus.COMPLETE
     assert trial_children() == []  # the trial's process went with its task
     assert compss.ended is None

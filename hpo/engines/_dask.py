@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -85,6 +86,7 @@ class DaskEngine(Engine):
         # Done-callbacks feed this queue: completion is learned without a
         # round trip to the scheduler.
         self._done: queue.Queue = queue.Queue()
+        self._over: dict[str, Any] = {}  # tasks over, by key, until a wait is asked about them
         self._looked = time.monotonic()  # when the workers holding tasks were last looked at
         self._moved: set[str] = set()  # keys of tasks whose hung worker was taken out
         if scheduler is None:  # the embedded cluster runs on this machine
@@ -240,18 +242,26 @@ class DaskEngine(Engine):
 
     def wait(self, handles: Sequence, timeout: float) -> list:
         self._take_out_hung_holders(handles)
-        finished = []
+        wanted = {h.key for h in handles}
+        if not any(key in self._over for key in wanted):
+            try:
+                self._note_over(self._done.get(timeout=timeout))
+            except queue.Empty:
+                pass
         try:
-            finished.append(self._done.get(timeout=timeout))
             while True:
-                finished.append(self._done.get_nowait())
+                self._note_over(self._done.get_nowait())
         except queue.Empty:
             pass
-        wanted = {h.key for h in handles}
-        return [f for f in finished if f.key in wanted]
+        # Tasks over that were not asked about stay noted for a later wait.
+        return [self._over.pop(key) for key in list(self._over) if key in wanted]
+
+    def _note_over(self, future) -> None:
+        self._over[future.key] = future
 
     def settle(self, handle) -> None:
         self._moved.discard(handle.key)
+        self._over.pop(handle.key, None)
         if handle.status == "cancelled" and self.client.status != "running":
             # Cancelled by the client itself: it lost the scheduler. The task
             # may still run on its worker, which writes its result to the store.
@@ -266,6 +276,7 @@ class DaskEngine(Engine):
 
     def cancel(self, handle) -> None:
         self._moved.discard(handle.key)
+        self._over.pop(handle.key, None)
         handle.cancel()
         self._release_nodes(handle.key)
 

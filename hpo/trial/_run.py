@@ -126,7 +126,7 @@ def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
     except TaskInterrupted as interruption:
         if not interruption.timed_out:
             raise
-        limit = f" (time_limit_s={task.time_limit_s})" if task.time_limit_s is not None else ""
+        limit = f" (time_limit_s={task.time_limit_s:g})" if task.time_limit_s is not None else ""
         return AttemptResult(timed_out=True, error={
             "type": interruption.kind, "message": f"the engine ended the task at its time_out{limit}"})
     except OSError as exc:  # hpo's own files around the objective (its log): never user code
