@@ -149,7 +149,8 @@ def _start_worker(data: str, scenario: str, exact_tpe: bool) -> None:
 
 
 def _run_unit(name: str, task: str, workers: int, budget_s: float, seed: int, pool: int) -> dict[str, Any]:
-    assert _SURROGATE is not None
+    if _SURROGATE is None:
+        raise RuntimeError("lcbench: a run outside a worker started by _start_worker")
     trace = runs.run(name, _SURROGATE, task, workers, budget_s, seed, pool)
     return trace.as_dict()
 
