@@ -6,6 +6,8 @@
 * :mod:`hpo.examples.keras_cifar` -- the study's CIFAR-10 CNN; local files via
   ``data_path`` or ``$HPO_CIFAR10_PATH``.
 * :mod:`hpo.examples.sklearn_digits` -- ``SGDClassifier`` trained epoch by epoch.
+* :mod:`hpo.examples.lcbench` -- LCBench learning curves replayed from a YAHPO Gym
+  surrogate (a local data folder; needs onnxruntime), for search-quality benchmarks.
 * :mod:`hpo.examples.toy` -- ``sleep``, ``quadratic``, ``fail``, ``nan``, ``slow``
   for tests and benchmarks.
 * :mod:`hpo.examples.datasets` -- the local data they load (digits, MNIST-format
