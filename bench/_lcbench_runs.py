@@ -56,12 +56,16 @@ HPO: dict[str, dict[str, Any]] = {
        for p in ("median", "asha", "hyperband")},
     "hpo:random+convergence": {"search": {"algorithm": "random"},
                                "scheduling": {"policy": "convergence", "segment_steps": SEGMENT_STEPS}},
-    **{f"hpo:tpe+{p}": {"search": {"algorithm": "bayesian"}, "early_stopping": {"pruner": p}}
+    **{f"hpo:tpe+{p}": {"search": {"algorithm": "bayesian", "sampler": "tpe"}, "early_stopping": {"pruner": p}}
        for p in ("median", "asha", "hyperband")},
-    "hpo:tpe+convergence": {"search": {"algorithm": "bayesian"},
+    "hpo:tpe+convergence": {"search": {"algorithm": "bayesian", "sampler": "tpe"},
                             "scheduling": {"policy": "convergence", "segment_steps": SEGMENT_STEPS}},
-    "hpo:multifidelity+hyperband": {"search": {"algorithm": "bayesian", "sampler": "multifidelity"},
-                                    "early_stopping": {"pruner": "hyperband"}},
+    # Bayesian search's default where trials stop early: learns from every report.
+    **{f"hpo:multifidelity+{p}": {"search": {"algorithm": "bayesian", "sampler": "multifidelity"},
+                                  "early_stopping": {"pruner": p}}
+       for p in ("asha", "hyperband")},
+    "hpo:multifidelity+convergence": {"search": {"algorithm": "bayesian", "sampler": "multifidelity"},
+                                      "scheduling": {"policy": "convergence", "segment_steps": SEGMENT_STEPS}},
 }
 """hpo's contenders: a name to the settings added to the LCBench space."""
 
