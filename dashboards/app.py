@@ -21,7 +21,16 @@ from hpo.dashboards import compare, leaderboard, parallel, studies, trial_page
 from hpo.dashboards.data import Snapshot, StoreReader
 from hpo.dashboards.importance import import_importance
 from hpo.dashboards.views import (
-    COMPARE, GROUPS, LEADERBOARD, RESULTS, TRIAL, draw, picked, summary, tab_rows, view_of,
+    COMPARE,
+    GROUPS,
+    LEADERBOARD,
+    RESULTS,
+    TRIAL,
+    draw,
+    picked,
+    summary,
+    tab_rows,
+    view_of,
 )
 from hpo.store.records import TrialStatus
 

@@ -24,8 +24,7 @@ from typing import Any
 import optuna
 
 from hpo.results import StudyResult, TrialRecord, record_fields
-from hpo.store import RunDir, StudyStore
-from hpo.store import is_placeholder, records_read
+from hpo.store import RunDir, StudyStore, is_placeholder, records_read
 from hpo.store.records import allocations_of, grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
@@ -60,7 +59,7 @@ class TrialView(TrialRecord):
     user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> TrialView:
         reports, events, segments = grouped_attrs(trial)
         run = run_of(trial)
         gpus = run.get("gpus")

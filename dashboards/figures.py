@@ -23,7 +23,14 @@ from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.parallel import INACTIVE, log_ticks, parallel
 from hpo.dashboards.sampling import completed, sample, sampled_note, spread
 from hpo.dashboards.style import (
-    HIGHLIGHTS, STATE_COLOURS, base_layout, menu, message_figure, plain, short, y_scale_menu,
+    HIGHLIGHTS,
+    STATE_COLOURS,
+    base_layout,
+    menu,
+    message_figure,
+    plain,
+    short,
+    y_scale_menu,
 )
 from hpo.store.records import TrialStatus
 

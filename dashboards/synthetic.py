@@ -17,7 +17,7 @@ import math
 import random
 import time
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,14 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages.journal import BaseJournalBackend
 
 from hpo.store.records import (
-    EVENT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus, event_key, event_record, report_key, segment_key,
+    EVENT_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
+    TrialStatus,
+    event_key,
+    event_record,
+    report_key,
+    segment_key,
 )
 
 __all__ = ["write_study", "SPACE", "L1_RATIO", "OBJECTIVES"]
@@ -229,9 +236,9 @@ def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.Fro
         attrs[key] = value
     trial.system_attrs = attrs
     run = attrs[RUN_ATTR]
-    trial.datetime_start = datetime.fromtimestamp(run["started_at"], timezone.utc)
+    trial.datetime_start = datetime.fromtimestamp(run["started_at"], UTC)
     if run.get("ended_at") is not None:
-        trial.datetime_complete = datetime.fromtimestamp(run["ended_at"], timezone.utc)
+        trial.datetime_complete = datetime.fromtimestamp(run["ended_at"], UTC)
     return trial
 
 

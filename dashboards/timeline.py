@@ -19,9 +19,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, worker_label
-from hpo.units import format_resource_time
 from hpo.dashboards.style import RETRIED, STATE_COLOURS, base_layout, message_figure, plain
 from hpo.store.records import TrialStatus, study_cost
+from hpo.units import format_resource_time
 
 __all__ = ["Intervals", "intervals", "timeline", "utilisation", "cost"]
 

@@ -20,8 +20,7 @@ import pickle
 from typing import Any
 
 from hpo.dashboards.data import TrialView
-from hpo.store import StudyStore
-from hpo.store import Mark, read_snapshot, replay_dump, write_snapshot
+from hpo.store import Mark, StudyStore, read_snapshot, replay_dump, write_snapshot
 from hpo.store.records import Cost, TrialStatus
 
 __all__ = ["VIEWS_SNAPSHOT", "load", "save"]
@@ -46,7 +45,7 @@ def load(journal: str) -> tuple[tuple[Mark, bytes], dict[int, TrialView]] | None
             return None
         views = [_view(row, data["distributions"]) for row in data["views"]]
         replay = data["replay"]
-    except Exception:  # noqa: BLE001 - whatever is wrong with it, the journal is still there
+    except Exception:  # whatever is wrong with it, the journal is still there
         return None
     return (mark, replay), {v.number: v for v in views}
 

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.errors import StoreUnavailable, EngineLost, StopRequested, UsageError
+from hpo.errors import EngineLost, StopRequested, StoreUnavailable, UsageError
 from hpo.registry import ALGORITHMS, ENGINES
 from hpo.store import TrialStatus
 

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,15 @@ import optuna
 
 from hpo.store import RunDir, StudyStore
 from hpo.store.records import (
-    ENDED_BY_ATTR, Cost, attr_of, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
+    ENDED_BY_ATTR,
+    Cost,
+    TrialStatus,
+    attr_of,
+    cost_of,
+    grouped_attrs,
+    run_of,
+    status_of,
+    study_cost,
 )
 from hpo.units import format_seconds, format_value
 
@@ -50,7 +58,7 @@ class TrialRecord:
     values: list[float] | None = None
 
     @classmethod
-    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:
         reports, events, segments = grouped_attrs(trial)
         return cls(**record_fields(trial, len(reports), events, segments))
 
@@ -108,7 +116,7 @@ class StudyResult:
     objectives: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def from_store(cls, store: StudyStore, metric: str) -> "StudyResult":
+    def from_store(cls, store: StudyStore, metric: str) -> StudyResult:
         """``metric`` names the first objective; the others' names are the study's."""
         trials, curves = [], {}
         for frozen in store.trials():
@@ -119,7 +127,7 @@ class StudyResult:
         return cls(store.name, metric, direction, trials, store.stop(), curves, _objectives_of(store))
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "StudyResult":
+    def load(cls, run_dir: str | Path) -> StudyResult:
         """Read the results of the study in ``run_dir``, changing nothing there
         (a missing journal is an error, never created empty)."""
         run = RunDir(Path(run_dir))
@@ -329,7 +337,7 @@ def _iso(epoch: float | None) -> str | None:
     """
     if epoch is None:
         return None
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
-from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob, master_runs_trials
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, interrupted, progress
@@ -25,6 +24,7 @@ from hpo.launchers.site import Site, check_scratch, check_setup, load_site
 from hpo.launchers.slurm import JobStatus, SlurmProvider, SubmitError, require
 from hpo.launchers.states import JobState
 from hpo.launchers.tracking import ACTIVE, check_free, job_statuses
+from hpo.registry import ENGINES
 
 __all__ = ["add_commands", "status_lines"]
 

@@ -323,7 +323,7 @@ def _record(run_dir: Path, job_id: str, ending: dict[str, Any]) -> None:
         print(f"hpo: warning: could not record how the study ended: {exc}", file=sys.stderr)
 
 
-def _own_job(job_id: str) -> "JobStatus | None":
+def _own_job(job_id: str) -> JobStatus | None:
     """This job as SLURM sees it now (restarts, output file), or None."""
     from hpo.errors import UsageError
     from hpo.launchers.slurm import SlurmProvider, run_command

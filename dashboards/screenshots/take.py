@@ -55,7 +55,7 @@ def serve(run_dir: Path, port: int) -> subprocess.Popen:
             return proc
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"hpo dashboard did not start (exit {proc.poll()})")
+                raise SystemExit(f"hpo dashboard did not start (exit {proc.poll()})") from None
             time.sleep(0.3)
 
 

@@ -11,8 +11,9 @@ the rates trials measure.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 

@@ -17,9 +17,9 @@ import ast
 import itertools
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["TrialShape", "Amount", "parse_amount", "check_shape", "sample_configs"]
 

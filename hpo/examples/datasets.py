@@ -270,7 +270,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as f:
         try:
             batch = pickle.load(f, encoding="bytes")
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a batch"
+        except Exception as exc:  # any unpickling failure means "not a batch"
             raise ValueError(f"{path}: not a CIFAR-10 python batch ({exc})") from exc
     if not isinstance(batch, dict):
         raise ValueError(f"{path}: not a CIFAR-10 python batch (a {type(batch).__name__}, not a dict)")

@@ -26,13 +26,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from typing import Any  # noqa: E402
+from typing import Any
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-from hpo.examples.datasets import load_mnist, locate_mnist, subsample  # noqa: E402
-from hpo.examples.keras_training import epochs_from, fit  # noqa: E402
+from hpo.examples.datasets import load_mnist, locate_mnist, subsample
+from hpo.examples.keras_training import epochs_from, fit
 
 __all__ = ["train", "train_cnn", "build_mlp", "build_cnn", "load_data", "check_data"]
 

@@ -17,7 +17,12 @@ from hpo.registry import ALGORITHMS, SAMPLERS
 from hpo.search._base import Proposal, ProposalSampler, Searcher
 from hpo.search._paused import paused_view, sampler_view
 from hpo.search._samplers import (
-    GridSearcher, SamplerSearcher, gp_sampler, random_sampler, startup_trials, tpe_sampler,
+    GridSearcher,
+    SamplerSearcher,
+    gp_sampler,
+    random_sampler,
+    startup_trials,
+    tpe_sampler,
 )
 
 if TYPE_CHECKING:
@@ -28,7 +33,7 @@ __all__ = ["Proposal", "Searcher", "GridSearcher", "SamplerSearcher", "create_st
            "sampler_view"]
 
 
-def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> optuna.Study:
+def create_study(spec: StudySpec, storage: optuna.storages.BaseStorage) -> optuna.Study:
     """Create the study in ``storage``, or load it to resume; the metrics' names
     are the study's metric names in Optuna (optuna-dashboard shows them)."""
     study = optuna.create_study(
@@ -43,7 +48,7 @@ def create_study(spec: "StudySpec", storage: optuna.storages.BaseStorage) -> opt
     return study
 
 
-def open_search(spec: "StudySpec", study: optuna.Study,
+def open_search(spec: StudySpec, study: optuna.Study,
                 sampler: optuna.samplers.BaseSampler | None = None) -> Searcher:
     """The searcher for ``spec`` over ``study`` (made by :func:`create_study`);
     ``sampler`` replaces the space's algorithm with an Optuna sampler object."""

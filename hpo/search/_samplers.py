@@ -13,8 +13,8 @@ import optuna
 from hpo.errors import UsageError
 from hpo.search._base import Proposal, Searcher, _key
 from hpo.search._paused import sampler_view
-from hpo.store import StudyStore
 from hpo.space import Grid, is_active, ordered
+from hpo.store import StudyStore
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler",
            "startup_trials"]

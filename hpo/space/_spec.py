@@ -22,22 +22,30 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 from optuna.distributions import BaseDistribution
 
-from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
-from hpo.errors import SpaceError, closest
 from hpo import registry
+from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
 from hpo.data import DataSection
+from hpo.errors import SpaceError, closest
 from hpo.space._conditions import check_conditions, is_active, ordered, unnest
 from hpo.space._data import parse_data
 from hpo.space._grid import Grid
 from hpo.space._params import (
-    Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
+    Loc,
+    Param,
+    as_choice,
+    as_int,
+    as_number,
+    as_object,
+    as_str,
+    parse_param,
 )
 
 __all__ = [
@@ -698,7 +706,7 @@ def _values_of(param: Param) -> list[Any]:
     return [param.low, (param.low + param.high) / 2, param.high]
 
 
-def shape_bounds(spec: "StudySpec") -> tuple[TrialShape, TrialShape]:
+def shape_bounds(spec: StudySpec) -> tuple[TrialShape, TrialShape]:
     """The smallest and the largest trial of ``spec``, amount by amount."""
     shapes = [spec.resources.shape(c) for c in _shape_samples(spec.resources, spec.params)]
     def pick(f):

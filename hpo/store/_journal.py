@@ -30,7 +30,12 @@ from hpo.store._files import write_atomically
 from hpo.store._format import FIELDS, Op, creation_ops, encode_records, record_starts
 from hpo.store._protocol import MAX_STEP
 from hpo.store.records import (
-    ENDED_BY_ATTR, EVENT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
+    ENDED_BY_ATTR,
+    EVENT_ATTR,
+    PROFILE_ATTR,
+    REPORT_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
 )
 
 __all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
@@ -120,10 +125,12 @@ class JournalFile(JournalFileBackend):
         """The intact records from byte ``offset`` on, and the offset after the
         last of them (an incomplete last line waits for the next read)."""
         records = []
-        for record, offset in self._intact(offset):
+        end = offset
+        for record, after in self._intact(offset):
             if record is not None:
                 records.append(record)
-        return records, offset
+            end = after
+        return records, end
 
     def _intact(self, offset: int) -> Iterator[tuple[dict[str, Any] | None, int]]:
         """Each intact record from byte ``offset`` on, with the offset after

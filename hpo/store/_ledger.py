@@ -23,9 +23,23 @@ import optuna
 
 from hpo.store._format import Op, op_of, study_attrs, trial_attrs
 from hpo.store.records import (
-    CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, SEGMENT_ATTR,
-    STOP_ATTR, STUDY_DECISIONS, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from,
-    status_of, study_decisions,
+    CONTENDER_ATTR,
+    ENDED_BY_ATTR,
+    HEARTBEAT_ATTR,
+    REPORT_ATTR,
+    RESIZE_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
+    STOP_ATTR,
+    STUDY_DECISIONS,
+    RunRecord,
+    TrialStatus,
+    attr_of,
+    grouped_attrs,
+    run_of,
+    status_from,
+    status_of,
+    study_decisions,
 )
 
 __all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger"]

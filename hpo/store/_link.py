@@ -37,8 +37,17 @@ from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, MalformedRequest, check_request, encode,
-    read_frame, split_relay,
+    HELLO_TIMEOUT_S,
+    MAX_ANSWER,
+    VERSION,
+    Decision,
+    Frames,
+    Halted,
+    MalformedRequest,
+    check_request,
+    encode,
+    read_frame,
+    split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
 from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
@@ -78,7 +87,7 @@ class _Waiter:
         self.answer: dict[str, Any] | None = None
 
     @classmethod
-    def mine(cls) -> "_Waiter":
+    def mine(cls) -> _Waiter:
         waiter = getattr(_thread_waiter, "waiter", None)
         if waiter is None:
             waiter = _thread_waiter.waiter = cls()
@@ -97,12 +106,12 @@ class RelayConnection:
     on to another waiter when its own answer came (no reader thread: a lone
     trial reads its own answer, without a thread switch)."""
 
-    _here: dict[str, "RelayConnection"] = {}
+    _here: dict[str, RelayConnection] = {}
     _pid = os.getpid()
     _making = threading.Lock()
 
     @classmethod
-    def to(cls, address: str) -> "RelayConnection":
+    def to(cls, address: str) -> RelayConnection:
         """This process's connection to the relay at ``address``."""
         with cls._making:
             if cls._pid != os.getpid():  # a forked child: the parent's socket stays the parent's
@@ -398,7 +407,7 @@ class _DirectSink:
             self._storage = None
             self._journal = JournalFile(url, create=False)
 
-    def write(self, writes: list[Write], master: str | None, fence: "_AttemptFence | None" = None) -> bool:
+    def write(self, writes: list[Write], master: str | None, fence: _AttemptFence | None = None) -> bool:
         """Make ``writes`` unless the store's epoch names another master than
         ``master`` (checked under the journal's lock, where the relay names
         its epoch too), or ``fence`` finds a later attempt; False when refused."""

@@ -86,8 +86,9 @@ import json
 import math
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hpo.store.records import EVENT_ATTR, PROFILE_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus
 
@@ -469,7 +470,7 @@ class Decision:
         return wire
 
     @classmethod
-    def from_wire(cls, wire: dict[str, Any]) -> "Decision":
+    def from_wire(cls, wire: dict[str, Any]) -> Decision:
         contender = wire.get("contender")
         return cls(stop=wire.get("stop"), prune=wire.get("prune"), resize=wire.get("resize"),
                    contender=None if contender is None else float(contender))

@@ -35,32 +35,46 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO
 
 import optuna
 from optuna.storages.journal import BaseJournalBackend
 
+from hpo.errors import StoreUnavailable
+from hpo.store import _snapshot as snapshot_module
 from hpo.store._control import ControlFile
 from hpo.store._epoch import (
-    EPOCH_ATTR, EPOCH_SUFFIX, epoch_of, epoch_record, in_journal_record, journal_epoch, taken_over,
+    EPOCH_ATTR,
+    EPOCH_SUFFIX,
+    epoch_of,
+    epoch_record,
+    in_journal_record,
+    journal_epoch,
+    taken_over,
     write_epoch_file,
 )
 from hpo.store._files import process_alive, unwritable
 from hpo.store._format import encode_records
 from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
-from hpo.errors import StoreUnavailable
-from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Frames, decode, encode, relay_url, split_relay,
+    HELLO_TIMEOUT_S,
+    MAX_REQUEST,
+    VERSION,
+    Frames,
+    decode,
+    encode,
+    relay_url,
+    split_relay,
 )
 from hpo.store._requests import RequestHandler, refusal
-from hpo.store._study import database_kwargs
 from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
+from hpo.store._study import database_kwargs
 from hpo.store._writes import Write, apply_writes
 
 __all__ = ["StudyRelay", "relay_interface", "clear_dead_relay_lock"]
@@ -217,7 +231,7 @@ class StudyRelay:
             return self.url
         return relay_url(self.url, self.address)
 
-    def start(self) -> "StudyRelay":
+    def start(self) -> StudyRelay:
         self._thread.start()
         return self
 
@@ -234,7 +248,7 @@ class StudyRelay:
         self._selector.close()
         self._wake_w.close()
 
-    def __enter__(self) -> "StudyRelay":
+    def __enter__(self) -> StudyRelay:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -573,7 +587,7 @@ class StudyRelay:
             return
         for local in locals_:
             local.done.set()
-        for (peer, message, writes), stored in zip(written, outcomes):
+        for (peer, message, _), stored in zip(written, outcomes):
             if message["op"] != "start":  # answered already
                 self._handler.answer(peer, message, stored)
         self._handler.publish(self.epoch)

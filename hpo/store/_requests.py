@@ -9,8 +9,9 @@ each request may write and what its answer says, from the study's ledger
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from hpo.store._control import ControlFile
 from hpo.store._format import reported

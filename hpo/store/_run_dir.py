@@ -35,11 +35,11 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
+from hpo.store import _snapshot
 from hpo.store._control import CONTROL_FILE
 from hpo.store._files import PRIVATE_DIR, PRIVATE_FILE, write_atomically
 from hpo.store._journal import repair_journal
 from hpo.store._lease import MasterLease
-from hpo.store import _snapshot
 from hpo.store._snapshot import Mark, SnapshotJournal, save_journal_snapshot
 from hpo.store._study import StudyStore, open_storage
 

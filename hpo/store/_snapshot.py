@@ -22,8 +22,8 @@ import os
 import pickle
 import sys
 import zlib
-from pathlib import Path
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import optuna
@@ -33,7 +33,8 @@ from hpo.store._format import JournalSnapshot
 from hpo.store._journal import JournalFile
 
 __all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
-           "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT", "SNAPSHOT_EVERY"]
+           "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT",
+           "SNAPSHOT_EVERY"]
 
 STORE_SNAPSHOT = "snapshot"  # journal.log.snapshot: Optuna's replay result
 # Records a journal must have beyond its snapshot before the master writes a

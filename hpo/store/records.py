@@ -91,18 +91,20 @@ import enum
 import math
 import time
 from collections.abc import Iterable
-from itertools import chain
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, NamedTuple, TypedDict
 
 import optuna
 
 __all__ = [
-    "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
+    "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR",
+    "ENDED_BY_ATTR",
     "CONTENDER_ATTR", "RESIZE_ATTR", "STUDY_DECISIONS", "study_decisions", "UNFINISHED_STATES",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
-    "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
+    "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done",
+    "last_sign_of_life",
     "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
     "segment_key", "cost_of", "study_cost", "RETRIED", "status_from", "sign_of_life",
     "attempt_open", "begin_attempt", "TrialContext", "context_of",
@@ -173,7 +175,7 @@ class TrialStatus(str, enum.Enum):
         return _STORED_AS[self]
 
     @classmethod
-    def of(cls, trial: optuna.trial.FrozenTrial) -> "TrialStatus":
+    def of(cls, trial: optuna.trial.FrozenTrial) -> TrialStatus:
         """The status of a stored trial (same as :func:`status_of`)."""
         return status_of(trial)
 
@@ -539,7 +541,7 @@ class Cost:
     cpus: int = 1
     gpus: int = 0
 
-    def at(self, now: float | None) -> "Cost":
+    def at(self, now: float | None) -> Cost:
         """The cost up to ``now``, the running segment included."""
         if self.running_since is None or now is None:
             return self
