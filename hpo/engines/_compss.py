@@ -153,7 +153,7 @@ class CompssEngine(Engine):
         self._is_over = is_over
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "CompssEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> CompssEngine:
         super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
         smallest, _ = spec.shape_bounds
         if 0 < smallest.gpus < 1:

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 
 from hpo.allocation import Device, Inventory, Node
 from hpo.engines._base import Engine
-from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
+from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.store import TrialLink
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, heartbeat_s, note_awake, run_trial, silence_s
 
@@ -64,7 +64,7 @@ class DaskEngine(Engine):
     name = "dask"
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "DaskEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> DaskEngine:
         if scheduler and workers:
             raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
                              "workers are used.\n  fix: drop one of --workers and --scheduler")

@@ -63,7 +63,7 @@ class FailFast:
     failed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
 
     @classmethod
-    def of(cls, store, parallel: int) -> "FailFast":
+    def of(cls, store, parallel: int) -> FailFast:
         """Off when a trial of the study already has a value."""
         worked = any(status_of(t) in _WORKED for t in store.trials())
         return cls(failures_to_stop(parallel), off=worked)

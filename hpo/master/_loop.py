@@ -31,8 +31,8 @@ from hpo.master._fail_fast import FailFast
 from hpo.master._lifecycle import InFlight
 from hpo.master._progress import ProgressLine
 from hpo.master._pruning import make_pruning
-from hpo.results import StudyResult
 from hpo.master._scheduling import Policy, QuantumRule, Waiting, make_policy, waiting_of
+from hpo.results import StudyResult
 from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
 from hpo.store import MasterLease, RunDir, StudyRelay, StudyStore, context_of, relay_interface
@@ -348,7 +348,7 @@ class _Tally:
     best: tuple[int, float] | None = None
 
     @classmethod
-    def of(cls, store: StudyStore) -> "_Tally":
+    def of(cls, store: StudyStore) -> _Tally:
         tally = cls()
         maximize = store.maximize
         for trial in store.trials():

@@ -52,19 +52,19 @@ def make_pruning(settings: dict[str, Any] | None, *, maximize: bool, study_name:
                         maximize=maximize, study_name=study_name, metric=metric)
 
 
-def median_pruning(min_steps: int = 0, **kwargs: Any) -> "MedianPruning":
+def median_pruning(min_steps: int = 0, **kwargs: Any) -> MedianPruning:
     """Below the median of the completed trials at the same step, after
     ``min_steps`` (Optuna's ``MedianPruner(n_startup_trials=2, n_warmup_steps=min_steps)``)."""
     return MedianPruning(n_startup_trials=2, n_warmup_steps=min_steps, **kwargs)
 
 
-def asha_pruning(min_steps: int = 0, **kwargs: Any) -> "AshaPruning":
+def asha_pruning(min_steps: int = 0, **kwargs: Any) -> AshaPruning:
     """Asynchronous successive halving, ``min_steps`` the first rung
     (Optuna's ``SuccessiveHalvingPruner(min_resource=max(1, min_steps))``)."""
     return AshaPruning(min_resource=max(1, min_steps), **kwargs)
 
 
-def hyperband_pruning(min_steps: int = 0, **kwargs: Any) -> "HyperbandPruning":
+def hyperband_pruning(min_steps: int = 0, **kwargs: Any) -> HyperbandPruning:
     """Hyperband's brackets of successive halving (Optuna's
     ``HyperbandPruner(min_resource=max(1, min_steps))``)."""
     return HyperbandPruning(min_resource=max(1, min_steps), **kwargs)

@@ -41,6 +41,7 @@ import optuna
 from hpo.registry import POLICIES
 from hpo.store import StudyStore
 from hpo.store.records import SegmentRecord, TrialStatus, grouped_attrs, status_of
+
 # The quantum rule and Hermes' convergence are applied by the worker too: they live with the trial.
 from hpo.trial import QuantumRule, convergence, milestones_passed, representative_loss
 

@@ -31,7 +31,7 @@ class QuantumRule:
     maximize: bool = False
 
     @classmethod
-    def of(cls, scheduling, maximize: bool) -> "QuantumRule":
+    def of(cls, scheduling, maximize: bool) -> QuantumRule:
         """The rule of a space's ``scheduling`` section."""
         return cls(steps=scheduling.segment_steps, seconds=scheduling.quantum_s,
                    growth=scheduling.quantum_growth,

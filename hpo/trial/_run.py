@@ -23,11 +23,24 @@ from typing import Any
 
 from hpo.store import MACHINE_FAULTS, Halted, TrialContext, TrialLink
 from hpo.store.records import (
-    RUN_ATTR, RunRecord, TrialStatus, end_run, event_key, event_record, segment_key,
-    segment_record, start_run,
+    RUN_ATTR,
+    RunRecord,
+    TrialStatus,
+    end_run,
+    event_key,
+    event_record,
+    segment_key,
+    segment_record,
+    start_run,
 )
 from hpo.trial._attempt import (
-    AttemptResult, TaskInterrupted, checkpoint_files, classify, run_here, size_of, trial_for,
+    AttemptResult,
+    TaskInterrupted,
+    checkpoint_files,
+    classify,
+    run_here,
+    size_of,
+    trial_for,
 )
 from hpo.trial._handle import Trial
 from hpo.trial._isolated import run_isolated
