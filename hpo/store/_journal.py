@@ -17,10 +17,10 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 import optuna
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileSymlinkLock
@@ -107,7 +107,7 @@ class JournalFile(JournalFileBackend):
         """The byte offset just past the last record read."""
         return self._read_to
 
-    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         number = log_number_from if log_number_from in self._offsets else 0
         for record, offset in self._intact(self._offsets[number]):
             if record is None:  # skipped: the bytes are read all the same
@@ -290,11 +290,11 @@ def _unusable_attr(key: Any, value: Any) -> str | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -178,7 +178,7 @@ def _optional(check: Check) -> Check:
 def _either(*checks: Check) -> Check:
     def check(value: Any) -> str | None:
         whys = [check(value) for check in checks]
-        return None if None in whys else " or ".join(whys)
+        return None if None in whys else " or ".join(why for why in whys if why is not None)
     return check
 
 
@@ -329,9 +329,9 @@ def check_request(message: dict[str, Any]) -> None:
     :data:`REQUESTS` allows (the number of an end's values is the relay's
     to check: it knows the study's objectives)."""
     op = message.get("op")
-    fields = REQUESTS.get(op) if type(op) is str else None
-    if fields is None:
+    if type(op) is not str or op not in REQUESTS:
         raise MalformedRequest("op", f"must be one of {sorted(REQUESTS)}, not {_shown(op)}")
+    fields = REQUESTS[op]
     get = message.get
     for name, check in _COMMON.items():
         why = check(get(name))
