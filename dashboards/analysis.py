@@ -76,7 +76,7 @@ def axis_layout(axis: Axis) -> dict[str, Any]:
 
 def usable(snap: Snapshot) -> list[TrialView]:
     """Completed trials with parameters and a finite value, best first."""
-    return [t for t in completed(snap) if t.params and math.isfinite(t.value)]
+    return [t for t in completed(snap) if t.params and t.value is not None and math.isfinite(t.value)]
 
 
 # ------------------------------------------------------------------ slices

@@ -54,8 +54,13 @@ def intervals(snap: Snapshot) -> Intervals:
 
     def add(s: Any, e: Any, where: str, what: str, t) -> None:
         if isinstance(s, (int, float)) and isinstance(e, (int, float)) and e >= s:
-            start.append(s), end.append(e), row.append(where), kind.append(what)
-            trial.append(t.number), cpus.append(t.cpus), gpus.append(t.gpus)
+            start.append(s)
+            end.append(e)
+            row.append(where)
+            kind.append(what)
+            trial.append(t.number)
+            cpus.append(t.cpus)
+            gpus.append(t.gpus)
 
     now = snap.taken_at
     for t in snap.trials:

@@ -19,6 +19,8 @@ import dataclasses
 import pickle
 from typing import Any
 
+import optuna
+
 from hpo.dashboards.data import TrialView
 from hpo.store import Mark, StudyStore, read_snapshot, replay_dump, write_snapshot
 from hpo.store.records import Cost, TrialStatus
@@ -56,6 +58,7 @@ def save(journal: str, store: StudyStore, views: list[TrialView]) -> bool:
     trial that finished since is kept in Optuna's state); False when it could
     not be written."""
     finished = [v for v in views if v.state.is_finished]
+    assert isinstance(store.storage, optuna.storages.JournalStorage)  # a journal's store: the only one saved
     dump = replay_dump(store.storage, store.study_id, {v.number for v in finished})
     if dump is None:
         return False

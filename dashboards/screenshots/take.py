@@ -22,9 +22,13 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
 
 HERE = Path(__file__).resolve().parent
-SIZE = {"width": 1200, "height": 700}
+SIZE: ViewportSize = {"width": 1200, "height": 700}
 CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if os.path.exists(p)),
                 "chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
