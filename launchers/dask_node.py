@@ -304,7 +304,8 @@ def _seen_by_slurm(job_id: str, status: int, restart: int) -> dict[str, Any]:
     output, for an exit that is neither a success nor a clean stop."""
     from hpo.launchers.outcome import CLEAN_STOPS
 
-    job, more = _own_job(job_id), {}
+    job = _own_job(job_id)
+    more: dict[str, Any] = {}
     if job is None:
         return more
     if int(job.restarts or 0) > restart:

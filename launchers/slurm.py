@@ -95,7 +95,7 @@ class JobStatus:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
         """The inverse of :meth:`to_dict` (other keys are ignored)."""
-        found = {f.name: data.get(f.name) for f in fields(cls)}
+        found: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         return cls(**{**found, "state": JobState.__members__.get(str(found["state"]), JobState.UNKNOWN)})
 
 

@@ -85,4 +85,5 @@ def check_data(fixed: dict[str, Any]) -> None:
     locate_cifar10(fixed.get("data_path"))
 
 
-train.preflight = check_data
+# The objective's preflight hook (hpo.trial.preflight): an attribute mypy does not know functions to have.
+train.preflight = check_data  # type: ignore[attr-defined]
