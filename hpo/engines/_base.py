@@ -35,9 +35,12 @@ class Engine(abc.ABC):
     """Runs :func:`hpo.trial.run_trial` for each submitted :class:`TrialTask`."""
 
     name: str = "engine"
-    #: Whether every task runs on this machine (the store's relay then
-    #: listens on 127.0.0.1 only).
-    local: bool = True
+
+    @property
+    def local(self) -> bool:
+        """Whether every task runs on this machine (the store's relay then
+        listens on 127.0.0.1 only)."""
+        return True
 
     @classmethod
     def from_spec(cls, spec: StudySpec, *, scheduler: str | None = None,

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from hpo.allocation import Device, Inventory, Node
@@ -79,7 +80,8 @@ class DaskEngine(Engine):
         self.cpus, self.gpus, self.retries = cpus, gpus, retries
         self.largest = largest or (cpus, gpus, 1)
         self._holders: dict[str, list] = {}  # a multi-node trial's key -> its other nodes' tasks
-        self.client = self._cluster = None
+        self.client: Any = None  # a distributed.Client while started
+        self._cluster: Any = None
         self._declares_cpu = False  # whether workers offer a CPU resource to ask for
         self._slots = 0
         # Done-callbacks feed this queue: completion is learned without a
@@ -150,7 +152,7 @@ class DaskEngine(Engine):
         declared = [w.get("resources", {}) for w in workers]
         self._declares_cpu = any("CPU" in r for r in declared)
         big_cpus, big_gpus, _ = self.largest
-        wanted = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
+        wanted: dict[str, float] = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
         if self._declares_cpu:
             wanted["CPU"] = big_cpus
         fits = [_how_many(r, w["nthreads"], wanted) for r, w in zip(declared, workers)]

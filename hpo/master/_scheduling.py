@@ -179,6 +179,6 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecor
     losses = []
     for segment in segments:
         first, last = segment.get("first_step"), segment.get("last_step")
-        if first is not None:
+        if first is not None and last is not None:  # a segment that reported has both
             losses.append([sign * values[s] for s in range(first, last + 1) if s in values])
     return [seg for seg in losses if seg]

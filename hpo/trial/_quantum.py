@@ -51,6 +51,7 @@ class QuantumRule:
         doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
         if self.steps is not None:
             return self.steps * doubled, None
+        assert self.seconds is not None  # a rule has steps or seconds
         seconds = self.seconds * (1 + self.growth * preemptions) * doubled
         return None, max(seconds, checkpoint_s / self.max_checkpoint_share)
 
@@ -143,6 +144,7 @@ class QuantumClock:
         steps, seconds = self.rule.length(self.preemptions, self.history, self._checkpoint_cost())
         if steps is not None:
             return len(self._losses) >= steps
+        assert seconds is not None  # length() gives steps or seconds
         return time.monotonic() - self._started >= seconds
 
     def end(self, contender: Callable[[], float | None]) -> str | None:
