@@ -1,5 +1,6 @@
 # make demo: quick-start study (digits, Keras, Dask) in a fresh virtual environment.
 # make test: the whole test suite.
+# make lint: ruff (lint and import order) and mypy on hpo/, dashboards/ and launchers/.
 # make docs: the documentation site in site/ (mkdocs build --strict: broken links fail).
 # Only Python 3.11+, pip and apt are assumed; everything else installs here.
 
@@ -14,7 +15,7 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 # elsewhere: make TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test bench docs clean
+.PHONY: demo test lint bench docs clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing hpo with TensorFlow, PyTorch, Dask, Optuna and Dash"
@@ -22,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off $(TORCH) | grep --line-buffered -E '^(Collecting|Successfully)' || true
-	$(PY) -m pip install --progress-bar off -e '.[keras,torch,gp,postgres,test,docs]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
+	$(PY) -m pip install --progress-bar off -e '.[keras,torch,gp,postgres,test,docs,lint]' | grep --line-buffered -E '^(Collecting|Successfully)' || true
 	$(PY) -c "import hpo, optuna, distributed, torch, lightning" && echo "make: installed into $(VENV)"
 	touch $@
 
@@ -32,6 +33,10 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest
 
+lint: $(VENV)/.installed
+	$(PY) -m ruff check hpo dashboards launchers
+	$(PY) -m mypy
+
 docs: $(VENV)/.installed
 	$(PY) docs/gen_cli.py
 	$(PY) -m mkdocs build --strict
@@ -40,4 +45,4 @@ bench: $(VENV)/.installed
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf runs test-artifacts .pytest_cache site
+	rm -rf runs test-artifacts .pytest_cache site .mypy_cache .ruff_cache

@@ -55,7 +55,7 @@ def allocation(snap: Snapshot) -> go.Figure:
 
 
 def _predicted_against_actual(fig: go.Figure, trials: list[TrialView]) -> None:
-    points = [(t, t.allocations[-1].get("predicted_s"), t.duration_s) for t in trials
+    points = [(t, t.allocations[-1]["predicted_s"], t.duration_s) for t in trials
               if t.allocations[-1].get("predicted_s") and t.duration_s and t.state.is_finished]
     by_state: dict[str, list] = {}
     for point in points:

@@ -76,7 +76,7 @@ def axis_layout(axis: Axis) -> dict[str, Any]:
 
 def usable(snap: Snapshot) -> list[TrialView]:
     """Completed trials with parameters and a finite value, best first."""
-    return [t for t in completed(snap) if t.params and math.isfinite(t.value)]
+    return [t for t in completed(snap) if t.params and t.value is not None and math.isfinite(t.value)]
 
 
 # ------------------------------------------------------------------ slices
@@ -253,5 +253,8 @@ def _grid(x: Axis, y: Axis, values: np.ndarray) -> tuple | None:
     if (count > 0).sum() < 3:
         return None
     cx, cy = (ex[:-1] + ex[1:]) / 2, (ey[:-1] + ey[1:]) / 2
-    back = (lambda v: 10 ** v)
+
+    def back(v):
+        return 10 ** v
+
     return (back(cx) if x.kind == "log" else cx, back(cy) if y.kind == "log" else cy, z)

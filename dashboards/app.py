@@ -21,7 +21,16 @@ from hpo.dashboards import compare, leaderboard, parallel, studies, trial_page
 from hpo.dashboards.data import Snapshot, StoreReader
 from hpo.dashboards.importance import import_importance
 from hpo.dashboards.views import (
-    COMPARE, GROUPS, LEADERBOARD, RESULTS, TRIAL, draw, picked, summary, tab_rows, view_of,
+    COMPARE,
+    GROUPS,
+    LEADERBOARD,
+    RESULTS,
+    TRIAL,
+    draw,
+    picked,
+    summary,
+    tab_rows,
+    view_of,
 )
 from hpo.store.records import TrialStatus
 
@@ -29,7 +38,7 @@ __all__ = ["make_app", "PAGE_SIZE", "CSV_ALL", "CSV_ALL_BUSY"]
 
 PAGE_SIZE = 50
 CSV_ALL, CSV_ALL_BUSY = "CSV: every trial (as hpo export)", "Writing the CSV of every trial…"
-_GRAPH_CONFIG = {"displaylogo": False, "responsive": True}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False, "responsive": True}
 # A live refresh re-draws the open view; Dash's default hides it until the new
 # one arrives, so a slow refresh blanked the page under the reader's eyes.
 _STILL_SHOWN = {"visibility": "visible", "opacity": 0.6}
@@ -56,7 +65,8 @@ def make_app(readers: StoreReader | Sequence[StoreReader], refresh_s: float = 5.
     names = studies.labels([o.name for o in outlines], [r.run_dir.path for r in readers])
     snap = outlines[0]
     title = f"hpo: {snap.name}" if len(readers) == 1 else f"hpo: {len(readers)} studies"
-    app = dash.Dash(__name__, title=title, update_title=None,
+    # update_title=None keeps the title while callbacks run (Dash's documentation); its annotation says str.
+    app = dash.Dash(__name__, title=title, update_title=None,  # type: ignore[arg-type]
                     serve_locally=True,  # no CDN: compute clusters have no internet
                     suppress_callback_exceptions=True)  # the graphs come and go with their tabs
     picker = html.Div(id="study-row", style={"margin": "0.3em 0"} if len(readers) > 1 else _HIDDEN,
@@ -120,7 +130,8 @@ def _none(group: str) -> str:
 
 def _board(snap: Snapshot) -> html.Div:
     """The leaderboard, its state filter, selection note and CSV downloads."""
-    table = dash_table.DataTable(
+    # dash.dash_table's __init__ is marked `# type: ignore`: mypy sees none of its components.
+    table = dash_table.DataTable(  # type: ignore[attr-defined]
         id="leaderboard", columns=list(leaderboard.columns(snap)), data=[],
         page_action="custom", page_current=0, page_size=PAGE_SIZE,
         sort_action="custom", sort_mode="multi", sort_by=[],
@@ -205,7 +216,7 @@ def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
                   prevent_initial_call=True)
     def _select(*args: Any):
         *values, cell, current = args
-        number = dash.no_update
+        number: Any = dash.no_update  # a trial's number, or no change
         if ctx.triggered_id == "leaderboard":
             if not cell or cell.get("row_id") is None:
                 return (*[dash.no_update] * len(GROUPS), dash.no_update, dash.no_update)
@@ -273,7 +284,7 @@ def _wire(app: dash.Dash, readers: list[StoreReader], names: list[str]) -> None:
         size, page = size or PAGE_SIZE, page or 0
         cols = list(leaderboard.columns(snap))
         frozen = _ranges(brush, study)
-        note = (_SHOWN, f"Showing the {len(parallel.selected(snap, frozen))} trials selected in the "
+        note = (_SHOWN, f"Showing the {len(parallel.selected(snap, frozen) or ())} trials selected in the "
                         f"parallel coordinates ({parallel.described(frozen)}).") if frozen else (_HIDDEN, "")
         if not sort_by and not (filter_query or "").strip() and not _hidden(snap, shown_states) \
                 and not frozen:  # rank order: build one page only

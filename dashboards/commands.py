@@ -100,7 +100,7 @@ def _serving(app: Any, host: str, port: int, failed: list[BaseException]) -> Non
 
     try:
         serve(app, host, port)
-    except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+    except BaseException as exc:  # handed to the main thread
         failed.append(exc)
 
 

@@ -16,16 +16,16 @@ import gc
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import optuna
 
 from hpo.results import StudyResult, TrialRecord, record_fields
-from hpo.store import RunDir, StudyStore
-from hpo.store import is_placeholder, records_read
+from hpo.store import RunDir, StudyStore, is_placeholder, records_read
 from hpo.store.records import allocations_of, grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
@@ -44,7 +44,7 @@ class TrialView(TrialRecord):
     pid: int | None = None
     cpus: int = 1
     gpus: int = 0
-    previous: tuple[dict[str, Any], ...] = ()
+    previous: tuple[Mapping[str, Any], ...] = ()
     reports: tuple[tuple[int, dict[str, float]], ...] = ()
     stop_reason: str | None = None
     attempt_started_at: float | None = None
@@ -60,7 +60,7 @@ class TrialView(TrialRecord):
     user_attrs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialView":
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> TrialView:
         reports, events, segments = grouped_attrs(trial)
         run = run_of(trial)
         gpus = run.get("gpus")
@@ -103,7 +103,7 @@ class Snapshot:
     run_dir: str
     name: str
     metric: str
-    direction: str
+    direction: Literal["maximize", "minimize"]
     trials: tuple[TrialView, ...]
     taken_at: float
     # Slots the study may use at once (search.parallel), when set.
@@ -112,7 +112,7 @@ class Snapshot:
     version: str = ""
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: ``(metric, direction)`` of each objective of a multi-objective study; else empty.
-    objectives: tuple[tuple[str, str], ...] = ()
+    objectives: tuple[tuple[str, Literal["maximize", "minimize"]], ...] = ()
     #: The study's user attributes (hpo's own left out).
     user_attrs: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -124,6 +124,7 @@ class Snapshot:
 
     @cached_property
     def ranked(self) -> list[TrialView]:
+        # The result ranks the TrialViews it was given: the same objects come back.
         return self.result.ranked()  # type: ignore[return-value]
 
     @cached_property
@@ -249,6 +250,8 @@ class StoreReader:
     def _save_views(self, snap: Snapshot) -> bool:
         from hpo.dashboards import view_cache  # it builds on TrialView, defined here
 
+        assert self._journal is not None and self._store is not None  # _views_due() said so
+
         if view_cache.save(self._journal, self._store, list(snap.trials)):
             self._views_at = records_read(self._store.storage)[0]
             return True
@@ -257,6 +260,7 @@ class StoreReader:
     def _views_due(self) -> bool:
         """Whether many records came after the views snapshot (geometrically
         more as the study grows, so that writing stays in proportion)."""
+        assert self._store is not None  # a snapshot was read
         total, _ = records_read(self._store.storage)
         return self._write_views and total - self._views_at >= max(VIEWS_EVERY, self._views_at // 2)
 
@@ -268,6 +272,7 @@ class StoreReader:
 
     def _read(self) -> Snapshot:
         store = self._store
+        assert store is not None  # opened first (snapshot(), write_views_snapshot())
         # A trial's number is its place in the study; a placeholder stands for
         # a finished trial whose view came with the views snapshot.
         views = [self._finished[n] if is_placeholder(t) else self._view(t)
@@ -275,7 +280,7 @@ class StoreReader:
         attrs = users_own(store.storage.get_study_user_attrs(store.study_id))
         return self._snapshot_of(views, "maximize" if store.maximize else "minimize", store.stop(), attrs)
 
-    def _snapshot_of(self, views: list[TrialView], direction: str,
+    def _snapshot_of(self, views: list[TrialView], direction: Literal["maximize", "minimize"],
                      stop: dict[str, Any] | None, user_attrs: dict[str, Any] | None = None) -> Snapshot:
         spec = self.spec
         metrics = _metrics_of(spec)
@@ -304,7 +309,7 @@ class StoreReader:
 
 def _metrics_of(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The spec's objectives: its "metric" object, or its list of them."""
-    metric = spec.get("metric") or {}
+    metric: Any = spec.get("metric") or {}  # as the space file has it
     return metric if isinstance(metric, list) and metric else [metric]
 
 

@@ -14,7 +14,7 @@ import functools
 import numpy as np
 import plotly.graph_objects as go
 
-from hpo.dashboards.data import Snapshot
+from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.sampling import completed
 from hpo.dashboards.style import base_layout, menu, message_figure, plain
 
@@ -49,7 +49,7 @@ def edf(snap: Snapshot) -> go.Figure:
         xaxis_title=_axis_title(*objectives[0]), yaxis_title="share of trials",
         yaxis_range=[0, 1.02], yaxis_tickformat=".0%"))
     for k, (name, _) in enumerate(objectives):
-        values = np.fromiter(((t.values or [t.value])[k] for t in done), float, len(done))
+        values = np.fromiter((_value(t, k) for t in done), float, len(done))
         x, y = edf_points(values)
         fig.add_trace(go.Scatter(
             x=x, y=y, mode="lines", line={"shape": "hv", "width": 2, "color": "#1f77b4"},
@@ -62,6 +62,12 @@ def edf(snap: Snapshot) -> go.Figure:
                       {"xaxis.title.text": _axis_title(name, direction)}]}
             for k, (name, direction) in enumerate(objectives)], direction="down")])
     return fig
+
+
+def _value(trial: TrialView, objective: int) -> float:
+    value = (trial.values if trial.values else [trial.value])[objective]
+    assert value is not None  # a completed trial has its values
+    return value
 
 
 def _axis_title(metric: str, direction: str) -> str:

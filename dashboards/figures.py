@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,14 @@ from hpo.dashboards.data import Snapshot, TrialView
 from hpo.dashboards.parallel import INACTIVE, log_ticks, parallel
 from hpo.dashboards.sampling import completed, sample, sampled_note, spread
 from hpo.dashboards.style import (
-    HIGHLIGHTS, STATE_COLOURS, base_layout, menu, message_figure, plain, short, y_scale_menu,
+    HIGHLIGHTS,
+    STATE_COLOURS,
+    base_layout,
+    menu,
+    message_figure,
+    plain,
+    short,
+    y_scale_menu,
 )
 from hpo.store.records import TrialStatus
 
@@ -70,7 +77,7 @@ def history(snap: Snapshot, selected: frozenset[int] | None = None) -> go.Figure
                  and math.isfinite(t.value) and (selected is None or t.number in selected)]
         if early:
             word = state.value.lower()
-            lowest = min(lowest, min(t.value for t in early))
+            lowest = min(lowest, min(t.value for t in early if t.value is not None))
             thinned = spread(early, MAX_EARLY_POINTS)
             of = f", {len(thinned)} of {len(early)}" if len(thinned) < len(early) else ""
             drawn.append(_points(fig, thinned, f"{word} (value when ended{of})", {
@@ -102,7 +109,7 @@ def _x_menu(drawn: list[list[TrialView]], fig: go.Figure) -> dict[str, Any]:
     return {**menu(buttons), "pad": {"r": 125, "t": 2}}
 
 
-def _axis_values(values: Sequence[Any], kind: str) -> list[Any]:
+def _axis_values(values: Iterable[Any], kind: str) -> list[Any]:
     """Trial numbers as they are; times as local date strings (None stays None: not drawn)."""
     if kind != "date":
         return list(values)

@@ -18,7 +18,7 @@ import functools
 import math
 import threading
 import warnings
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import plotly.graph_objects as go
@@ -100,7 +100,7 @@ def why_none(done: list[TrialView], metric: str) -> str:
 def _usable(snap: Snapshot) -> list[TrialView]:
     """Completed trials with parameters and a finite value for every objective, best first."""
     return [t for t in completed(snap) if t.params
-            and all(math.isfinite(v) for v in (t.values or [t.value]))]
+            and all(v is not None and math.isfinite(v) for v in (t.values if t.values else [t.value]))]
 
 
 @functools.lru_cache(maxsize=4)
@@ -144,8 +144,8 @@ def _conditional_groups(done: list[TrialView], everywhere: set[str]) -> dict[tup
     return {tuple(names): where[names[0]] for names in groups.values()}
 
 
-def _scored(trials: list[TrialView], names: list[str], objective: int, direction: str,
-            conditional: bool) -> list[Score]:
+def _scored(trials: list[TrialView], names: list[str], objective: int,
+            direction: Literal["maximize", "minimize"], conditional: bool) -> list[Score]:
     """fANOVA over ``trials`` and parameters ``names``: the mean and spread of
     each parameter's score over bootstrap resamples."""
     if len(trials) < MIN_IMPORTANCE_TRIALS or not names:
@@ -206,8 +206,8 @@ def import_importance() -> None:
 _IMPORTING = threading.Lock()
 
 
-def _fanova(trials: list[TrialView], names: list[str], objective: int, direction: str,
-            seed: int) -> dict[str, float] | None:
+def _fanova(trials: list[TrialView], names: list[str], objective: int,
+            direction: Literal["maximize", "minimize"], seed: int) -> dict[str, float] | None:
     """fANOVA importances of ``names`` on a bootstrap resample (the first run
     uses every trial once); None when its trials' values do not vary with
     the parameters (fANOVA's trees find nothing to split)."""
@@ -252,4 +252,6 @@ def _resample(trials: list[TrialView], objective: int, rng: np.random.Generator)
 
 
 def _value(trial: TrialView, objective: int) -> float:
-    return (trial.values or [trial.value])[objective]
+    value = (trial.values if trial.values else [trial.value])[objective]
+    assert value is not None  # a completed trial has its values
+    return value

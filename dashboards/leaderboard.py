@@ -46,7 +46,7 @@ _FORMAT = {"format": {"specifier": ".6~g"}}
 # An inactive parameter reads "-", as in hpo status; its data stays None, so it
 # sorts last, "is blank" finds it and the CSV leaves it empty. (DataTable formats
 # number columns only: an inactive categorical parameter's cell stays blank.)
-_FORMATS = {"value": _FORMAT, "param": {"format": {**_FORMAT["format"], "nully": "-"}}}
+_FORMATS: dict[str, dict[str, Any]] = {"value": _FORMAT, "param": {"format": {**_FORMAT["format"], "nully": "-"}}}
 
 
 def _kind(snap: Snapshot, name: str) -> str:
@@ -107,8 +107,8 @@ def _row_maker(snap: Snapshot, rank_of: dict[int, int] | None = None):
         for i, value in enumerate((t.values or [])[1:], start=1):
             out[f"value_{i}"] = _number(value)
         for i, name in enumerate(names):
-            value = t.params.get(name)
-            out[f"param_{i}"] = value if numeric[name] or value is None else str(value)
+            param = t.params.get(name)
+            out[f"param_{i}"] = param if numeric[name] or param is None else str(param)
         return out
     return row
 
@@ -182,6 +182,8 @@ def _matches(cell: Any, op: str, value: str) -> bool:
     if op in ("datestartswith", "idatestartswith"):
         return str(cell).startswith(value)
     number = _as_float(value)
+    left: Any  # numbers, or text
+    right: Any
     if isinstance(cell, Real) and not isinstance(cell, bool) and number is not None:
         left, right = float(cell), number
     else:

@@ -25,7 +25,9 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
     if len(snap.objectives) < 2:
         return message_figure("Pareto front", "A single-objective study has no Pareto front.")
     names = [name for name, _ in snap.objectives]
-    i, j = (names.index(n) for n in pair(names, x, y))
+    chosen = pair(names, x, y)
+    assert chosen is not None  # two objectives at least
+    i, j = (names.index(n) for n in chosen)
     (x_name, x_dir), (y_name, y_dir) = snap.objectives[i], snap.objectives[j]
     title = f"Pareto front: {plain(x_name)} ({x_dir}) against {plain(y_name)} ({y_dir})"
     if len(names) > 2:
@@ -34,7 +36,7 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
     done = [t for t in snap.trials if t.state is TrialStatus.COMPLETE and t.values]
     if not done:
         return message_figure(title, "No completed trial yet: the front appears with the first results.")
-    front = sorted((t for t in done if ranks.get(t.number) == 1), key=lambda t: (t.values[i], t.values[j]))
+    front = sorted((t for t in done if ranks.get(t.number) == 1), key=lambda t: (_values(t)[i], _values(t)[j]))
     others = [t for t in done if ranks.get(t.number) != 1]
     fig = go.Figure(layout=base_layout(title, xaxis_title=plain(x_name), yaxis_title=plain(y_name)))
     fig.add_trace(_points(others, ranks, (i, j), "dominated trial",
@@ -44,11 +46,16 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
     return fig
 
 
+def _values(trial: TrialView) -> list[float]:
+    assert trial.values is not None  # a completed trial of a multi-objective study has them
+    return trial.values
+
+
 def _points(trials: list[TrialView], ranks: dict[int, int], axes: tuple[int, int], name: str,
             marker: dict, mode: str) -> go.Scatter:
     i, j = axes
     hover = [f"trial {t.number} (rank {ranks.get(t.number)})<br>"
              + "<br>".join(plain(f"{k}={v}") for k, v in t.params.items()) for t in trials]
-    return go.Scatter(x=[t.values[i] for t in trials], y=[t.values[j] for t in trials], mode=mode,
+    return go.Scatter(x=[_values(t)[i] for t in trials], y=[_values(t)[j] for t in trials], mode=mode,
                       name=name, marker=marker, line={"shape": "hv", "color": FRONT_COLOUR, "width": 1},
                       text=hover, hovertemplate="%{text}<br>%{x:.6g}, %{y:.6g}<extra></extra>")

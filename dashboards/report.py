@@ -76,6 +76,7 @@ def _figures(snap: Snapshot, view: View) -> list[go.Figure]:
     """What the report draws of a view. A file has no axis menus: the Pareto
     front of three or more objectives is drawn on every pair of them."""
     if view is PARETO and len(snap.objectives) > 2:
+        assert view.axes is not None  # PARETO's
         return [view.figure(snap, x, y) for x, y in itertools.combinations(view.axes(snap), 2)]
     return [view.figure(snap)]
 

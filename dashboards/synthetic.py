@@ -17,7 +17,7 @@ import math
 import random
 import time
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,15 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.storages.journal import BaseJournalBackend
 
 from hpo.store.records import (
-    EVENT_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus, event_key, event_record, report_key, segment_key,
+    EVENT_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
+    EventRecord,
+    TrialStatus,
+    event_key,
+    event_record,
+    report_key,
+    segment_key,
 )
 
 __all__ = ["write_study", "SPACE", "L1_RATIO", "OBJECTIVES"]
@@ -46,9 +54,9 @@ _DISTRIBUTIONS = {
 # A conditional parameter (``conditional=True``): set only when the optimizer is sgd.
 L1_RATIO = {"type": "float", "low": 0.0, "high": 1.0, "when": {"optimizer": "sgd"}}
 # The objectives of a multi-objective study (``objectives=3``), first to last.
-OBJECTIVES = ({"name": "val_accuracy", "direction": "maximize"},
-              {"name": "latency_ms", "direction": "minimize"},
-              {"name": "memory_mb", "direction": "minimize"})
+OBJECTIVES: tuple[dict[str, Any], ...] = ({"name": "val_accuracy", "direction": "maximize"},
+                                          {"name": "latency_ms", "direction": "minimize"},
+                                          {"name": "memory_mb", "direction": "minimize"})
 
 
 class _Buffer(BaseJournalBackend):
@@ -122,7 +130,7 @@ def write_study(run_dir: str | Path, trials: int, *, workers: int = 64, steps: i
 def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float, steps: int,
            running: bool, choices: list[str], distributions: dict, conditional: bool = False,
            objectives: int = 1) -> tuple[Any, float]:
-    params = {
+    params: dict[str, Any] = {
         "learning_rate": math.exp(rng.uniform(math.log(1e-4), math.log(1e-1))),
         "units": rng.randint(16, 512),
         "optimizer": rng.choice(choices),
@@ -146,7 +154,7 @@ def _trial(rng: random.Random, number: int, slot: int, hosts: int, start: float,
     host, pid = f"node{slot % hosts:03d}", 10_000 + slot
     attrs: dict[str, Any] = {}
     t = start
-    previous = []
+    previous: list[dict[str, Any]] = []
     if rng.random() < 0.02:  # an earlier attempt lost to an infrastructure fault
         lost = t + rng.uniform(10, 60)
         previous.append({"attempt": 1, "host": f"node{(slot + 1) % hosts:03d}", "pid": pid + 1,
@@ -229,9 +237,9 @@ def _shifted(trial: optuna.trial.FrozenTrial, offset: float) -> optuna.trial.Fro
         attrs[key] = value
     trial.system_attrs = attrs
     run = attrs[RUN_ATTR]
-    trial.datetime_start = datetime.fromtimestamp(run["started_at"], timezone.utc)
+    trial.datetime_start = datetime.fromtimestamp(run["started_at"], UTC)
     if run.get("ended_at") is not None:
-        trial.datetime_complete = datetime.fromtimestamp(run["ended_at"], timezone.utc)
+        trial.datetime_complete = datetime.fromtimestamp(run["ended_at"], UTC)
     return trial
 
 
@@ -241,5 +249,5 @@ def _segment(index: int, host: str, pid: int, start: float, end: float, first: i
             "ended_at": end, "first_step": first, "last_step": last, "outcome": outcome}
 
 
-def _event(time: float, kind: str, step: int, host: str) -> dict[str, Any]:
+def _event(time: float, kind: str, step: int, host: str) -> EventRecord:
     return event_record(kind, step, f"synthetic {kind}", host, now=time)

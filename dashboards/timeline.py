@@ -19,9 +19,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from hpo.dashboards.data import Snapshot, worker_label
-from hpo.units import format_resource_time
 from hpo.dashboards.style import RETRIED, STATE_COLOURS, base_layout, message_figure, plain
 from hpo.store.records import TrialStatus, study_cost
+from hpo.units import format_resource_time
 
 __all__ = ["Intervals", "intervals", "timeline", "utilisation", "cost"]
 
@@ -54,8 +54,13 @@ def intervals(snap: Snapshot) -> Intervals:
 
     def add(s: Any, e: Any, where: str, what: str, t) -> None:
         if isinstance(s, (int, float)) and isinstance(e, (int, float)) and e >= s:
-            start.append(s), end.append(e), row.append(where), kind.append(what)
-            trial.append(t.number), cpus.append(t.cpus), gpus.append(t.gpus)
+            start.append(s)
+            end.append(e)
+            row.append(where)
+            kind.append(what)
+            trial.append(t.number)
+            cpus.append(t.cpus)
+            gpus.append(t.gpus)
 
     now = snap.taken_at
     for t in snap.trials:

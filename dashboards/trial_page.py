@@ -58,7 +58,8 @@ def details(snap: Snapshot, number: int) -> TrialDetails | None:
 
 def _folder(folder: Path) -> tuple[list[tuple[str, int]], list[tuple[str, str]]]:
     """The checkpoint directory's files and the tails of its log files (read only)."""
-    files, logs = [], []
+    files: list[tuple[str, int]] = []
+    logs: list[tuple[str, str]] = []
     if not folder.is_dir():
         return files, logs
     # The trial's own log (what the objective printed, hpo.trial) first.

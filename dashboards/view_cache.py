@@ -19,9 +19,10 @@ import dataclasses
 import pickle
 from typing import Any
 
+import optuna
+
 from hpo.dashboards.data import TrialView
-from hpo.store import StudyStore
-from hpo.store import Mark, read_snapshot, replay_dump, write_snapshot
+from hpo.store import Mark, StudyStore, read_snapshot, replay_dump, write_snapshot
 from hpo.store.records import Cost, TrialStatus
 
 __all__ = ["VIEWS_SNAPSHOT", "load", "save"]
@@ -46,7 +47,7 @@ def load(journal: str) -> tuple[tuple[Mark, bytes], dict[int, TrialView]] | None
             return None
         views = [_view(row, data["distributions"]) for row in data["views"]]
         replay = data["replay"]
-    except Exception:  # noqa: BLE001 - whatever is wrong with it, the journal is still there
+    except Exception:  # whatever is wrong with it, the journal is still there
         return None
     return (mark, replay), {v.number: v for v in views}
 
@@ -57,6 +58,7 @@ def save(journal: str, store: StudyStore, views: list[TrialView]) -> bool:
     trial that finished since is kept in Optuna's state); False when it could
     not be written."""
     finished = [v for v in views if v.state.is_finished]
+    assert isinstance(store.storage, optuna.storages.JournalStorage)  # a journal's store: the only one saved
     dump = replay_dump(store.storage, store.study_id, {v.number for v in finished})
     if dump is None:
         return False

@@ -145,7 +145,7 @@ def summary(snap: Snapshot) -> str:
     parts = [f"study {snap.name}", f"{len(snap.trials)} trials" + (f": {counts}" if counts else "")]
     if snap.objectives:
         parts.append(f"Pareto front {len(snap.result.pareto_front)} trials")
-    elif best is not None:
+    elif best is not None and best.value is not None:  # a completed trial: it has one
         parts.append(f"best {snap.metric}={best.value + 0.0:.6g} (trial {best.number})")
     parts.append(f"{format_resource_time(spent['core_hours'])}, "
                  f"{format_resource_time(spent['gpu_hours'], 'GPU')}")

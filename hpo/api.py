@@ -12,9 +12,9 @@ from typing import Any
 
 import optuna
 
-from hpo.master import Controller, nothing_left
 from hpo.engines import Engine, make_engine
 from hpo.errors import EngineError, UsageError
+from hpo.master import Controller, nothing_left
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir, check_storage_url

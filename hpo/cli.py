@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpo.errors import StoreUnavailable, EngineLost, StopRequested, UsageError
+from hpo.errors import EngineLost, StopRequested, StoreUnavailable, UsageError
 from hpo.registry import ALGORITHMS, ENGINES
 from hpo.store import TrialStatus
 
@@ -397,7 +397,7 @@ def _status_of_studies(args: argparse.Namespace, studies: list[Path]) -> int:
         line = f"{run_dir}  {len(result.trials)} trials: {counts or 'none'}"
         if result.multi_objective:
             line += f"; Pareto front: {len(result.pareto_front)} trials"
-        elif result.best:
+        elif result.best and result.best.value is not None:  # a completed trial: it has one
             line += (f"; best {result.metric}={format_number(result.best.value, 6)} "
                      f"(trial {result.best.number})")
         print(line)

@@ -15,7 +15,6 @@ the space layer imports it without reaching up into the layers it names.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
 from hpo.errors import closest
@@ -38,8 +37,9 @@ class Registry:
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
-    def factory(self, name: str) -> Callable[..., Any] | None:
-        """The callable registered as ``name``; ValueError naming the choices."""
+    def factory(self, name: str) -> Any:
+        """The callable registered as ``name`` (a class, a function: whatever
+        the reference names), or None; ValueError naming the choices."""
         if name not in self._entries:
             raise ValueError(self.unknown(name))
         reference = self._entries[name]

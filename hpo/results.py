@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,17 @@ import optuna
 
 from hpo.store import RunDir, StudyStore
 from hpo.store.records import (
-    ENDED_BY_ATTR, Cost, attr_of, TrialStatus, cost_of, grouped_attrs, run_of, status_of, study_cost,
+    ENDED_BY_ATTR,
+    Cost,
+    EventRecord,
+    SegmentRecord,
+    TrialStatus,
+    attr_of,
+    cost_of,
+    grouped_attrs,
+    run_of,
+    status_of,
+    study_cost,
 )
 from hpo.units import format_seconds, format_value
 
@@ -50,7 +61,7 @@ class TrialRecord:
     values: list[float] | None = None
 
     @classmethod
-    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> "TrialRecord":
+    def from_frozen(cls, trial: optuna.trial.FrozenTrial) -> TrialRecord:
         reports, events, segments = grouped_attrs(trial)
         return cls(**record_fields(trial, len(reports), events, segments))
 
@@ -63,8 +74,8 @@ class TrialRecord:
         return data
 
 
-def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict[str, Any]],
-                  segments: list[dict[str, Any]]) -> dict[str, Any]:
+def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[EventRecord],
+                  segments: list[SegmentRecord]) -> dict[str, Any]:
     """The :class:`TrialRecord` fields of a stored trial."""
     run = run_of(trial)
     cost = cost_of(trial)
@@ -82,7 +93,7 @@ def record_fields(trial: optuna.trial.FrozenTrial, steps: int, events: list[dict
     )
 
 
-def _error_text(run: dict[str, Any], ended_by: dict[str, Any] | None) -> str | None:
+def _error_text(run: Mapping[str, Any], ended_by: dict[str, Any] | None) -> str | None:
     if ended_by:
         return f"{ended_by['reason']}: {ended_by['message']}"
     error = run.get("error")
@@ -108,7 +119,7 @@ class StudyResult:
     objectives: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def from_store(cls, store: StudyStore, metric: str) -> "StudyResult":
+    def from_store(cls, store: StudyStore, metric: str) -> StudyResult:
         """``metric`` names the first objective; the others' names are the study's."""
         trials, curves = [], {}
         for frozen in store.trials():
@@ -119,7 +130,7 @@ class StudyResult:
         return cls(store.name, metric, direction, trials, store.stop(), curves, _objectives_of(store))
 
     @classmethod
-    def load(cls, run_dir: str | Path) -> "StudyResult":
+    def load(cls, run_dir: str | Path) -> StudyResult:
         """Read the results of the study in ``run_dir``, changing nothing there
         (a missing journal is an error, never created empty)."""
         run = RunDir(Path(run_dir))
@@ -154,7 +165,7 @@ class StudyResult:
         """The first of :meth:`ranked`, found without sorting them all."""
         complete = [t for t in self.trials if t.state is TrialStatus.COMPLETE]
         sign = -1.0 if self.direction == "maximize" else 1.0
-        return min(complete, key=lambda t: (sign * t.value, t.number), default=None)
+        return min(complete, key=lambda t: (sign * _value_of(t), t.number), default=None)
 
     def ranked(self) -> list[TrialRecord]:
         """Completed trials best first; then trials that ended early with a
@@ -170,8 +181,8 @@ class StudyResult:
             group = _RANK_GROUPS.get(t.state, 3)
             if group == 1 and t.value is None:
                 group = 3
-            valued = group <= 1 and t.value is not None
-            return group, pareto.get(t.number, 0), sign * t.value if valued else 0.0, t.number
+            value = t.value if group <= 1 else None
+            return group, pareto.get(t.number, 0), sign * value if value is not None else 0.0, t.number
 
         return sorted(self.trials, key=key)
 
@@ -223,10 +234,10 @@ class StudyResult:
     def pareto_table(self) -> str:
         """The Pareto front as plain text, by first objective (multi-objective only)."""
         sign = -1.0 if self.objectives[0][1] == "maximize" else 1.0
-        front = sorted(self.pareto_front, key=lambda t: (sign * t.values[0], t.number))
+        front = sorted(self.pareto_front, key=lambda t: (sign * _values_of(t)[0], t.number))
         names = sorted({k for t in front for k in t.params})
         header = ["trial", *(f"{m} ({d[:3]})" for m, d in self.objectives), *names]
-        rows = [[str(t.number), *(format_value(v) for v in t.values),
+        rows = [[str(t.number), *(format_value(v) for v in _values_of(t)),
                  *(_param_cell(t, n) for n in names)] for t in front]
         return f"Pareto front ({len(front)} trials)\n" + _text_table(header, rows)
 
@@ -241,7 +252,7 @@ class StudyResult:
         header = ["rank", "trial", "state", *metrics, "time_s", *names, *(["error"] if errors else [])]
         ranks = self.ranks()
         rows = [[format_value(ranks.get(t.number)), str(t.number), t.state.value,
-                 *(format_value(v) for v in (t.values or [t.value] * len(metrics))),
+                 *(format_value(v) for v in (t.values if t.values else [t.value] * len(metrics))),
                  format_seconds(t.duration_s), *(_param_cell(t, n) for n in names),
                  *([_error_cell(t.error)] if errors else [])]
                 for t in shown]
@@ -302,6 +313,18 @@ class StudyResult:
         return {"pareto_rank": rank, "pareto": rank == 1}
 
 
+def _value_of(trial: TrialRecord) -> float:
+    """The value of a completed trial (which has one)."""
+    assert trial.value is not None
+    return trial.value
+
+
+def _values_of(trial: TrialRecord) -> list[float]:
+    """The values of a trial on the Pareto front (which has them)."""
+    assert trial.values is not None
+    return trial.values
+
+
 def _param_cell(trial: TrialRecord, name: str) -> str:
     """A parameter's table cell: ``-`` where the trial does not have it (a
     conditional parameter left inactive by the others' values), as for any
@@ -329,7 +352,7 @@ def _iso(epoch: float | None) -> str | None:
     """
     if epoch is None:
         return None
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds")
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> str:

@@ -75,7 +75,9 @@ def limit_gpu_memory() -> None:
 def rng_states() -> dict[str, Any]:
     """Every random state a training loop draws from (Python, NumPy, torch's
     CPU generator and each CUDA device's)."""
-    name, keys, position, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state()
+    assert isinstance(state, tuple)  # the legacy global generator's (MT19937) state
+    name, keys, position, has_gauss, cached = state
     # Plain numbers and tensors: torch's weights-only loader (Lightning's too) accepts them.
     states: dict[str, Any] = {"python": random.getstate(),
                               "numpy": (name, torch.from_numpy(keys.astype(np.int64)), position,

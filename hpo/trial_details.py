@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,12 +120,12 @@ def _when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def _event_line(event: dict[str, Any]) -> str:
+def _event_line(event: Mapping[str, Any]) -> str:
     step = "" if event.get("step") is None else f" at step {event['step']}"
     return f"{_when(event.get('time'))}  {event.get('kind')}{step}: {event.get('reason', '')}"
 
 
-def _attempt_lines(run: dict[str, Any]) -> list[str]:
+def _attempt_lines(run: Mapping[str, Any]) -> list[str]:
     earlier = [a for a in run.get("previous") or () if isinstance(a, dict)]
     lines = [_attempt_line(a.get("attempt"), a.get("host"), a.get("pid"), a.get("started_at"),
                            a.get("ended_at"), a.get("error")) for a in earlier]
@@ -158,7 +158,7 @@ def _attempt_line(attempt, host, pid, started, ended, error) -> str:
     return f"attempt {attempt}: {host}:{pid}, {_when(started)} to {_when(ended)}{outcome}"
 
 
-def _segment_line(segment: dict[str, Any]) -> str:
+def _segment_line(segment: Mapping[str, Any]) -> str:
     line = (f"segment {segment.get('index')}: steps {segment.get('first_step')}-"
             f"{segment.get('last_step')} on {segment.get('worker')}, "
             f"{_when(segment.get('started_at'))} to {_when(segment.get('ended_at'))}, "

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from hpo.errors import UsageError
-from hpo.registry import ENGINES
 from hpo.launchers.compss import CompssJob, master_runs_trials
 from hpo.launchers.dask_job import DaskJob
 from hpo.launchers.outcome import CLEAN_STOPS, explain, interrupted, progress
@@ -25,6 +24,7 @@ from hpo.launchers.site import Site, check_scratch, check_setup, load_site
 from hpo.launchers.slurm import JobStatus, SlurmProvider, SubmitError, require
 from hpo.launchers.states import JobState
 from hpo.launchers.tracking import ACTIVE, check_free, job_statuses
+from hpo.registry import ENGINES
 
 __all__ = ["add_commands", "status_lines"]
 
@@ -167,7 +167,7 @@ def _submit(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     resubmit = resubmit_line(args, parser, site)
     job = _job(args, spec, space.resolve(), run_dir, request, site, pythonpath, resubmit)
     try:
-        if args.engine == "compss":
+        if isinstance(job, CompssJob):  # args.engine == "compss"
             return _submit_compss(job, args.dry_run, resubmit)
         return _submit_dask(job, args.dry_run, args.after)
     except SubmitError as exc:
@@ -490,9 +490,9 @@ def _job_lines(run_dir: Path, records: list[dict[str, Any]], states: dict[str, J
 def _notes(s: JobStatus, ending: dict[str, Any] | None) -> list[str]:
     """What a job's state, and the ending its study recorded, mean for the study."""
     if s.state in ACTIVE and ending is not None:
-        notes = [_requeued(s, ending)]  # the record is its earlier run's
+        notes: list[str | None] = [_requeued(s, ending)]  # the record is its earlier run's
     elif ending is not None:
-        notes = _ending_notes(ending)
+        notes = [*_ending_notes(ending)]
     else:
         notes = [_unrecorded(s)]
     if s.state is JobState.PENDING and s.reason:

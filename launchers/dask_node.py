@@ -304,7 +304,8 @@ def _seen_by_slurm(job_id: str, status: int, restart: int) -> dict[str, Any]:
     output, for an exit that is neither a success nor a clean stop."""
     from hpo.launchers.outcome import CLEAN_STOPS
 
-    job, more = _own_job(job_id), {}
+    job = _own_job(job_id)
+    more: dict[str, Any] = {}
     if job is None:
         return more
     if int(job.restarts or 0) > restart:
@@ -323,7 +324,7 @@ def _record(run_dir: Path, job_id: str, ending: dict[str, Any]) -> None:
         print(f"hpo: warning: could not record how the study ended: {exc}", file=sys.stderr)
 
 
-def _own_job(job_id: str) -> "JobStatus | None":
+def _own_job(job_id: str) -> JobStatus | None:
     """This job as SLURM sees it now (restarts, output file), or None."""
     from hpo.errors import UsageError
     from hpo.launchers.slurm import SlurmProvider, run_command

@@ -15,7 +15,7 @@ another master took the study over; its message names the fix).
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def study_ending(run_dir: Path, status: int) -> dict[str, Any]:
     ending = {"exit_status": status, "reported_exit": 0 if clean else status, "signal": signal,
               "clean": clean, "left_running": running, "suspended": counts.get("SUSPENDED", 0),
               "no_checkpoint": unsaved, "stop": (summary or {}).get("stopped"),
-              "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+              "at": datetime.now(UTC).isoformat(timespec="seconds")}
     if unreadable:
         ending["store_error"] = unreadable
     return ending

@@ -32,7 +32,7 @@ import os
 import re
 import shlex
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ class Site:
     source: Path | None = None
 
 
-def site_path(given: str | None, env: dict[str, str] | None = None) -> Path | None:
+def site_path(given: str | None, env: Mapping[str, str] | None = None) -> Path | None:
     """The profile to read: ``given``, ``$HPO_SITE``, or the user's default file if present."""
     env = os.environ if env is None else env
     chosen = given if given is not None else env.get("HPO_SITE")

@@ -55,7 +55,7 @@ class SubmitError(UsageError):
         """Whether the controller was never reached: no option sent is at fault."""
         return "unable to contact slurm controller" in (self.stderr + self.stdout).lower()
 
-    def with_note(self, note: str) -> "SubmitError":
+    def with_note(self, note: str) -> SubmitError:
         """The same refusal, with ``note`` (where the values sent came from) added."""
         if self.unreachable:  # the values were never looked at
             return self
@@ -93,9 +93,9 @@ class JobStatus:
         return {**asdict(self), "state": self.state.value}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobStatus":
+    def from_dict(cls, data: Mapping[str, Any]) -> JobStatus:
         """The inverse of :meth:`to_dict` (other keys are ignored)."""
-        found = {f.name: data.get(f.name) for f in fields(cls)}
+        found: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         return cls(**{**found, "state": JobState.__members__.get(str(found["state"]), JobState.UNKNOWN)})
 
 

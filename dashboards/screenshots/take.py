@@ -22,9 +22,13 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ViewportSize
 
 HERE = Path(__file__).resolve().parent
-SIZE = {"width": 1200, "height": 700}
+SIZE: ViewportSize = {"width": 1200, "height": 700}
 CHROMIUM = next((p for p in ("/usr/lib/chromium/chromium", "/usr/bin/chromium") if os.path.exists(p)),
                 "chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -55,7 +59,7 @@ def serve(run_dir: Path, port: int) -> subprocess.Popen:
             return proc
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"hpo dashboard did not start (exit {proc.poll()})")
+                raise SystemExit(f"hpo dashboard did not start (exit {proc.poll()})") from None
             time.sleep(0.3)
 
 

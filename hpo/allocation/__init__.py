@@ -14,8 +14,18 @@
 
 from hpo.allocation._allocator import Allocator, PassThrough, make_allocator
 from hpo.allocation._cost import (
-    Layer, ModelCost, Network, accuracy, epoch_time, fits, measure_network, memory_bytes,
-    profile_keras, step_time, training_rate, trial_time,
+    Layer,
+    ModelCost,
+    Network,
+    accuracy,
+    epoch_time,
+    fits,
+    measure_network,
+    memory_bytes,
+    profile_keras,
+    step_time,
+    training_rate,
+    trial_time,
 )
 from hpo.allocation._fleet import RateCurve, flotilla, grow_choice, pack_nodes, profile_rate
 from hpo.allocation._inventory import Device, Inventory, Node, Placement

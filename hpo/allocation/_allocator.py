@@ -11,8 +11,9 @@ the rates trials measure.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
@@ -141,6 +142,7 @@ class Allocator:
         shape = candidate.shape
         if not limit or not shape.gpus:
             return True
+        assert self.oracle is not None  # asked by _add() with a cost model only
         need = self.oracle.memory_gb(candidate.config, max(int(shape.gpus), 1))
         room = limit * (shape.gpus if shape.shared else 1.0)
         if need <= room:
@@ -199,6 +201,8 @@ class Allocator:
     def _learn_speed(self, start: Start, trial: optuna.trial.FrozenTrial) -> None:
         """A one-GPU trial's measured rate against the model's at speed 1 says
         how fast its GPU is: the estimate moves halfway there."""
+        # finished() asks with a placement (the planner's inventory gave it) and a cost model.
+        assert start.placement is not None and self.oracle is not None and self.planner.inventory is not None
         if start.shape.gpus != 1 or len(start.placement.devices) != 1:
             return
         profile = profiles_of(trial).get(1.0)
@@ -215,7 +219,7 @@ def _restart_s(trial: optuna.trial.FrozenTrial) -> float | None:
     """What restarting the trial costs, as it measured its own start: from
     its segment's start to its first batch (process, imports, checkpoint)."""
     started = run_of(trial).get("segment_started_at")
-    firsts = [p.get("first_batch_at") for p in profiles_of(trial).values() if p.get("first_batch_at")]
+    firsts = [p["first_batch_at"] for p in profiles_of(trial).values() if p.get("first_batch_at")]
     return max(firsts[-1] - started, 0.0) if started and firsts else None
 
 
@@ -236,11 +240,13 @@ class PassThrough:
 
     def propose(self, number: int, trial_id: int, params: dict[str, Any], new: bool = False) -> None:
         """A trial ready to run (``new``: created just now, nothing to read of it)."""
-        self._held.append((Candidate(number, trial_id, params, None), new))
+        # Its candidates have no shape (None): none is asked of them here.
+        self._held.append((Candidate(number, trial_id, params, None), new))  # type: ignore[arg-type]
 
     def resume(self, trial: optuna.trial.FrozenTrial, after_segment: int, why: str | None) -> None:
         """A suspended or lost trial: it goes ahead of queued tasks."""
-        self._held.append((Candidate(trial.number, StudyStore.trial_id(trial), dict(trial.params), None,
+        self._held.append((Candidate(trial.number, StudyStore.trial_id(trial), dict(trial.params),
+                                     None,  # type: ignore[arg-type]
                                      after_segment=after_segment, resume=True, why=why), False))
 
     def starts(self, room: int) -> list[tuple[Any, bool]]:

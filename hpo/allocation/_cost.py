@@ -157,8 +157,9 @@ def _check_run(cost: ModelCost, gpus: int, speed: float) -> None:
 
 
 def _compute_per_epoch(cost: ModelCost, gpus: int) -> float:
-    per_sample = sum(layer.fw_bw_s for layer in cost.layers)
-    per_iteration = sum(layer.wu_s for layer in cost.layers)
+    # Every layer is measured (_check_run): None is never added.
+    per_sample = sum(layer.fw_bw_s or 0.0 for layer in cost.layers)
+    per_iteration = sum(layer.wu_s or 0.0 for layer in cost.layers)
     return cost.samples / gpus * per_sample + cost.steps_per_epoch * per_iteration
 
 

@@ -30,6 +30,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = [
     "RateCurve",
@@ -43,6 +44,9 @@ __all__ = [
     "profile_rate",
     "should_grow",
 ]
+
+# The members of a flotilla, whatever names them (the planner: trial numbers).
+K = TypeVar("K", bound=Hashable)
 
 # Modelled rates carry float rounding; a rate this close to the target reaches it.
 _RATE_TOLERANCE = 1e-9
@@ -163,8 +167,8 @@ def gpus_to_reach(curve: RateCurve, target: float, limit: int) -> int | None:
     return None
 
 
-def _find_next(curves: Mapping[Hashable, RateCurve], waiting: list[Hashable], target: float,
-               left: int) -> tuple[Hashable, int] | None:
+def _find_next(curves: Mapping[K, RateCurve], waiting: list[K], target: float,
+               left: int) -> tuple[K, int] | None:
     """The waiting candidate needing the fewest GPUs to reach ``target`` within ``left``.
 
     Ties go to the faster candidate on one GPU, then to the earlier one.
@@ -180,7 +184,7 @@ def _find_next(curves: Mapping[Hashable, RateCurve], waiting: list[Hashable], ta
     return waiting[position], need
 
 
-def flotilla(curves: Mapping[Hashable, RateCurve], gpus: int) -> dict[Hashable, int]:
+def flotilla(curves: Mapping[K, RateCurve], gpus: int) -> dict[K, int]:
     """Members of the next flotilla and their GPU counts (FLEET's createFlotilla).
 
     The fastest candidate on one GPU sets the target rate and gets one GPU.
@@ -223,7 +227,7 @@ def _extra_nodes(start: int, count: int, gpus_per_node: int) -> int:
     return spanned - math.ceil(count / gpus_per_node)
 
 
-def _order_score(order: Sequence[tuple[Hashable, int]], start: int, gpus_per_node: int) -> int:
+def _order_score(order: Sequence[tuple[K, int]], start: int, gpus_per_node: int) -> int:
     """Extra nodes spanned when ``order`` is laid out back to back from ``start``."""
     score = 0
     for _, count in order:
@@ -232,8 +236,8 @@ def _order_score(order: Sequence[tuple[Hashable, int]], start: int, gpus_per_nod
     return score
 
 
-def placement_order(counts: Mapping[Hashable, int], gpus_per_node: int,
-                    max_permutations: int = 1024) -> tuple[list[Hashable], int]:
+def placement_order(counts: Mapping[K, int], gpus_per_node: int,
+                    max_permutations: int = 1024) -> tuple[list[K], int]:
     """The order in which members take consecutive GPUs, and permutations explored.
 
     Pass 1 places members filling whole nodes; pass 2 pairs members whose
@@ -250,7 +254,7 @@ def placement_order(counts: Mapping[Hashable, int], gpus_per_node: int,
         raise ValueError(f"max_permutations must be at least 1, got {max_permutations}")
     whole = [name for name, count in counts.items() if count % gpus_per_node == 0]
     order = list(whole)
-    waiting: dict[int, list[Hashable]] = {}  # complement remainder -> members waiting for it
+    waiting: dict[int, list[K]] = {}  # complement remainder -> members waiting for it
     for name, count in counts.items():
         if name in whole:
             continue
@@ -272,8 +276,8 @@ def placement_order(counts: Mapping[Hashable, int], gpus_per_node: int,
     return order + [name for name, _ in best], explored
 
 
-def pack_nodes(counts: Mapping[Hashable, int], gpus_per_node: int, nodes: int, *,
-               max_permutations: int = 1024) -> dict[Hashable, list[tuple[int, int]]]:
+def pack_nodes(counts: Mapping[K, int], gpus_per_node: int, nodes: int, *,
+               max_permutations: int = 1024) -> dict[K, list[tuple[int, int]]]:
     """Concrete ``(node, local GPU)`` slots for each member's GPU count.
 
     Members take consecutive global GPU indices in :func:`placement_order`;
@@ -290,7 +294,7 @@ def pack_nodes(counts: Mapping[Hashable, int], gpus_per_node: int, nodes: int, *
         raise ValueError(f"counts ask for {sum(counts.values())} GPUs but {nodes} nodes of "
                          f"{gpus_per_node} hold {nodes * gpus_per_node}; shrink the flotilla")
     order, _ = placement_order(counts, gpus_per_node, max_permutations)
-    slots: dict[Hashable, list[tuple[int, int]]] = {}
+    slots: dict[K, list[tuple[int, int]]] = {}
     start = 0
     for name in order:
         slots[name] = [divmod(j, gpus_per_node) for j in range(start, start + counts[name])]
@@ -322,8 +326,8 @@ def should_grow(remaining_samples: float, rate_now: float, rate_grown: float,
     return grow_saving(remaining_samples, rate_now, rate_grown, restart_s) > 0
 
 
-def grow_choice(running: Mapping[Hashable, tuple[RateCurve, int, float]], free: int,
-                restart_s: float) -> tuple[Hashable, int] | None:
+def grow_choice(running: Mapping[K, tuple[RateCurve, int, float]], free: int,
+                restart_s: float) -> tuple[K, int] | None:
     """The running member to grow onto freed GPUs, and its new GPU count.
 
     ``running`` maps member -> (curve, current GPUs, remaining samples). The
@@ -336,7 +340,7 @@ def grow_choice(running: Mapping[Hashable, tuple[RateCurve, int, float]], free: 
     """
     if free < 0:
         raise ValueError(f"free must not be negative, got {free}")
-    best: tuple[Hashable, int] | None = None
+    best: tuple[K, int] | None = None
     best_saving = 0.0
     for name, (curve, current, remaining) in running.items():
         rate_now = curve.rate(current)
@@ -347,8 +351,8 @@ def grow_choice(running: Mapping[Hashable, tuple[RateCurve, int, float]], free: 
     return best
 
 
-def finish_spread(curves: Mapping[Hashable, RateCurve], counts: Mapping[Hashable, int],
-                  work: Mapping[Hashable, float]) -> float:
+def finish_spread(curves: Mapping[K, RateCurve], counts: Mapping[K, int],
+                  work: Mapping[K, float]) -> float:
     """(latest − earliest predicted finish) / latest finish; 0 means all end together.
 
     >>> curves = {"a": RateCurve({1: 100.0}, 4), "b": RateCurve({1: 50.0}, 4)}

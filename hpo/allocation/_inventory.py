@@ -162,9 +162,9 @@ class Inventory:
 
     def _choose(self, shape: TrialShape, prefer_fast: bool | None,
                 speed: float | None = None) -> list[tuple[Node, list[Device]]] | None:
-        options = [(node, self._devices_on(node, shape, prefer_fast, speed)) for node in self.nodes
-                   if node.cpus - node.cpus_used >= shape.cpus]
-        options = [(node, devices) for node, devices in options if devices is not None]
+        found = [(node, self._devices_on(node, shape, prefer_fast, speed)) for node in self.nodes
+                 if node.cpus - node.cpus_used >= shape.cpus]
+        options = [(node, devices) for node, devices in found if devices is not None]
         options.sort(key=lambda nd: self._rank(nd[0], nd[1], shape, prefer_fast))
         chosen, hosts = [], set()
         for node, devices in options:  # distinct hosts for a multi-node trial

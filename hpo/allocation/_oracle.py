@@ -10,8 +10,9 @@ the function does not time itself are timed once per shape on this machine
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from hpo.allocation import _cost
 from hpo.allocation._cost import ModelCost, Network
@@ -36,7 +37,7 @@ class Oracle:
         return self._network
 
     @classmethod
-    def of(cls, cost_model: str | None, objective: Any, cache: Path | None = None) -> "Oracle | None":
+    def of(cls, cost_model: str | None, objective: Any, cache: Path | None = None) -> Oracle | None:
         """The oracle of ``cost_model`` (``"module:function"``), else of the
         objective module's ``cost`` function; None when there is none."""
         function = _resolve(cost_model) if cost_model else _beside(objective)

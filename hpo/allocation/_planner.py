@@ -150,6 +150,7 @@ class Planner:
         predicted. One that would not waits for a faster GPU."""
         if speed >= top or candidate.predicted_s is None:
             return True
+        assert self.inventory is not None  # only a planner with an inventory gets here
         now = time.monotonic()
         faster = [d for n in self.inventory.nodes for d in n.devices if d.speed > speed]
         busy_until = [end for number, end in self._ends.items()
@@ -164,6 +165,7 @@ class Planner:
         """Whether some node has ``shape``'s GPUs all of one speed (else it takes mixed ones)."""
         if shape.devices <= 1:
             return False
+        assert self.inventory is not None  # only a planner with an inventory gets here
         return any(sum(1 for d in n.devices if d.speed == s) >= shape.devices
                    for n in self.inventory.nodes for s in {d.speed for d in n.devices})
 
@@ -171,6 +173,7 @@ class Planner:
         """GPUs trial ``number`` could grow by on one node: with speed
         awareness, counting only those at least as fast as its own (a slower
         one would set its pace), its own included."""
+        assert self.inventory is not None  # only a planner with an inventory gets here
         held = self.inventory.held(number)
         if not self.speed_aware or held is None:
             return self.inventory.gpus_per_node
@@ -199,13 +202,14 @@ class Planner:
         """The waiting trial for the fastest free GPU: nearest in predicted
         time to that GPU's speed times the longest waiting trial's."""
         speed = self._fastest_free_speed()
-        known = [c for c in waiting if c.predicted_s is not None]
+        known = [(c, c.predicted_s) for c in waiting if c.predicted_s is not None]
         if speed is None or not known:
             return waiting[0]
-        longest = max(c.predicted_s for c in known)
+        assert self.inventory is not None  # only a planner with an inventory gets here
+        longest = max(predicted for _, predicted in known)
         top = max((d.speed for n in self.inventory.nodes for d in n.devices), default=1.0)
         target = longest * speed / top
-        return min(known, key=lambda c: (abs(c.predicted_s - target), c.number))
+        return min(known, key=lambda cp: (abs(cp[1] - target), cp[0].number))[0]
 
     def _fastest_free_speed(self) -> float | None:
         if self.inventory is None:
@@ -246,6 +250,7 @@ class Planner:
         rated = sorted((c for c in fresh if c.curve is not None and c.shape.gpus >= 1
                         and c.shape.nodes == 1), key=_longest_first)
         chosen: list[Start] = []
+        assert self.inventory is not None  # the rate policy with an inventory only (starts())
         if self.speed_aware:
             longest = _time_on(rated[0], 1) if rated else 0.0
             top = max((d.speed for n in self.inventory.nodes for d in n.devices), default=1.0)
@@ -266,7 +271,7 @@ class Planner:
         if not members or gpus < 1:
             return []
         members = _as_many_as_fit(members, gpus)
-        curves = {c.number: c.curve for c in members}
+        curves = {c.number: c.curve for c in members if c.curve is not None}  # all of them: rated
         counts = {n: min(m, widest) for n, m in flotilla(curves, gpus).items()}
         target = max(curves[n].rate(1) for n in counts)
         slots = self._packed(counts) if speed is None else {}
@@ -287,6 +292,7 @@ class Planner:
         then a bounded search) when the flotilla starts on idle, alike nodes;
         a member it would split over nodes is placed best-fit instead."""
         inventory = self.inventory
+        assert inventory is not None  # only a planner with an inventory gets here
         per_node = inventory.gpus_per_node
         idle = inventory.free_gpus() == inventory.gpus and all(
             len(n.devices) == per_node for n in inventory.nodes)
@@ -317,7 +323,7 @@ def _as_many_as_fit(members: list[Candidate], gpus: int) -> list[Candidate]:
     is set by its longest trials."""
     for k in range(len(members), 0, -1):
         chosen = members[:k]
-        if len(flotilla({c.number: c.curve for c in chosen}, gpus)) == k:
+        if len(flotilla({c.number: c.curve for c in chosen if c.curve is not None}, gpus)) == k:
             return chosen
     return members[:1]
 

@@ -17,19 +17,20 @@ import ast
 import itertools
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["TrialShape", "Amount", "parse_amount", "check_shape", "sample_configs"]
 
 _FUNCTIONS: dict[str, Callable[..., float]] = {
     "min": min, "max": max, "ceil": math.ceil, "floor": math.floor, "round": round, "abs": abs,
 }
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
-           ast.Pow: operator.pow}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 # Values tried per parameter, and configurations in all, when checking shapes.
 _MAX_VALUES, _MAX_CONFIGS = 64, 4096
 
@@ -138,6 +139,7 @@ def _evaluate(node: ast.AST, config: Mapping[str, Any]) -> Any:
         return _BINARY[type(node.op)](_evaluate(node.left, config), _evaluate(node.right, config))
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_evaluate(node.operand, config))
+    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)  # what _check_tree lets through
     return _FUNCTIONS[node.func.id](*(_evaluate(arg, config) for arg in node.args))
 
 

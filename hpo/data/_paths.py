@@ -8,8 +8,8 @@ import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
-from hpo.data._section import DataSection
 from hpo.data._copies import Lease
+from hpo.data._section import DataSection
 from hpo.data._stage import node_folder, stage
 
 __all__ = ["DataPaths", "SourcePaths", "StagedData"]

@@ -35,7 +35,15 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from hpo.data._copies import (
-    Lease, clear_leftovers, hold, lease, lock_path, next_copy, point_link, sweep, sweep_unlocked,
+    Lease,
+    clear_leftovers,
+    hold,
+    lease,
+    lock_path,
+    next_copy,
+    point_link,
+    sweep,
+    sweep_unlocked,
 )
 from hpo.data._copy import Progress, copy_source, mib
 from hpo.data._errors import StagingError

@@ -15,15 +15,15 @@ from hpo.engines._compss import CompssEngine, under_compss_runtime
 from hpo.engines._dask import DaskEngine
 from hpo.engines._inline import InlineEngine
 from hpo.engines._simulated import SimulatedCosts, SimulatedEngine, SimulatedTime
-from hpo.machine import trials_per_node, visible_gpus
 from hpo.errors import UsageError
+from hpo.machine import trials_per_node, visible_gpus
 from hpo.registry import ENGINES
 
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ReachesEveryWorker", "Abandons", "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine", "InlineEngine", "SimulatedEngine",
-           "SimulatedCosts", "SimulatedTime", "make_engine",
+__all__ = ["Engine", "ReachesEveryWorker", "Abandons", "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine",
+           "InlineEngine", "SimulatedEngine", "SimulatedCosts", "SimulatedTime", "make_engine",
            "default_engine_name", "under_compss_runtime", "visible_gpus", "trials_per_node"]
 
 
@@ -32,7 +32,7 @@ def default_engine_name() -> str:
     return "compss" if under_compss_runtime() else "dask"
 
 
-def make_engine(name: str, spec: "StudySpec", scheduler: str | None = None,
+def make_engine(name: str, spec: StudySpec, scheduler: str | None = None,
                 workers: int | None = None) -> Engine:
     """The engine called ``name`` ("auto" picks one), configured for ``spec``."""
     if name == "auto":

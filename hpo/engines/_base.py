@@ -35,13 +35,16 @@ class Engine(abc.ABC):
     """Runs :func:`hpo.trial.run_trial` for each submitted :class:`TrialTask`."""
 
     name: str = "engine"
-    #: Whether every task runs on this machine (the store's relay then
-    #: listens on 127.0.0.1 only).
-    local: bool = True
+
+    @property
+    def local(self) -> bool:
+        """Whether every task runs on this machine (the store's relay then
+        listens on 127.0.0.1 only)."""
+        return True
 
     @classmethod
-    def from_spec(cls, spec: "StudySpec", *, scheduler: str | None = None,
-                  workers: int | None = None) -> "Engine":
+    def from_spec(cls, spec: StudySpec, *, scheduler: str | None = None,
+                  workers: int | None = None) -> Engine:
         """The engine configured for the study ``spec``; ``scheduler`` and
         ``workers`` are the command line's ``--scheduler`` and ``--workers``,
         which only some engines take."""
@@ -51,7 +54,7 @@ class Engine(abc.ABC):
                              "  fix: add --engine dask, or drop it")
         return cls()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         # Re-entrant: hpo.run starts the engine before recording anything (an
         # unreachable scheduler is refused first); the controller enters again.
         self._entered = getattr(self, "_entered", 0) + 1
@@ -143,7 +146,7 @@ class HasInventory(Protocol):
     """An engine that lets the master choose where each trial goes (its task
     then names the GPU ids and the hosts). COMPSs binds GPUs itself."""
 
-    def inventory(self) -> "Inventory":
+    def inventory(self) -> Inventory:
         """The nodes and GPUs trials run on."""
 
 

@@ -143,8 +143,9 @@ class CompssEngine(Engine):
         self._cpus, self._gpus, self._nodes = cpus, gpus, nodes
         self._memory_gb, self._time_limit_s = memory_gb, time_limit_s
         self._slots = slots
-        self._warned: set[float] = set()  # memory values whose rounding was told
-        self._tasks = self._api = None
+        self._warned: set[float | None] = set()  # memory values whose rounding was told
+        self._tasks: Any = None  # hpo.engines._compss_tasks and pycompss.api.api, once started
+        self._api: Any = None
         self._count = itertools.count()
         self._over_since: dict[_Submitted, float] = {}
         self._is_over: Callable[[TrialTask], bool] = lambda task: False
@@ -153,7 +154,7 @@ class CompssEngine(Engine):
         self._is_over = is_over
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "CompssEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> CompssEngine:
         super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
         smallest, _ = spec.shape_bounds
         if 0 < smallest.gpus < 1:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from pycompss.api.constraint import constraint
 from pycompss.api.task import task
@@ -50,7 +51,7 @@ class TaskShape:
 
     @classmethod
     def of(cls, cpus: int, gpus: int = 0, memory_gb: float | None = None,
-           time_limit_s: float | None = None, nodes: int = 1) -> "TaskShape":
+           time_limit_s: float | None = None, nodes: int = 1) -> TaskShape:
         """The shape of trials with these resources; memory in whole GB,
         rounded up (:meth:`CompssEngine.whole_gb`: the binding cuts the rest)."""
         memory_mb = CompssEngine.whole_gb(memory_gb) * 1024
@@ -124,5 +125,5 @@ def _never_failing(trial_task: TrialTask) -> TrialOutcome:
     print(f"hpo: trial {trial_task.number} of study {trial_task.study_name!r}", flush=True)
     try:
         return run_trial(trial_task)
-    except BaseException:  # noqa: BLE001 - COMPSs would end the study
+    except BaseException:  # COMPSs would end the study
         return TrialOutcome(trial_task.number, TrialStatus.RUNNING)

@@ -17,15 +17,15 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from hpo.allocation import Device, Inventory, Node
 from hpo.engines._base import Engine
-from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
+from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.store import TrialLink
 from hpo.trial import SILENT_HEARTBEATS, TrialTask, heartbeat_s, note_awake, run_trial, silence_s
 
@@ -65,7 +65,7 @@ class DaskEngine(Engine):
     name = "dask"
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "DaskEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> DaskEngine:
         if scheduler and workers:
             raise UsageError("--workers sizes the embedded Dask cluster; with --scheduler the running "
                              "workers are used.\n  fix: drop one of --workers and --scheduler")
@@ -80,7 +80,8 @@ class DaskEngine(Engine):
         self.cpus, self.gpus, self.retries = cpus, gpus, retries
         self.largest = largest or (cpus, gpus, 1)
         self._holders: dict[str, list] = {}  # a multi-node trial's key -> its other nodes' tasks
-        self.client = self._cluster = None
+        self.client: Any = None  # a distributed.Client while started
+        self._cluster: Any = None
         self._declares_cpu = False  # whether workers offer a CPU resource to ask for
         self._slots = 0
         # Done-callbacks feed this queue: completion is learned without a
@@ -152,7 +153,7 @@ class DaskEngine(Engine):
         declared = [w.get("resources", {}) for w in workers]
         self._declares_cpu = any("CPU" in r for r in declared)
         big_cpus, big_gpus, _ = self.largest
-        wanted = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
+        wanted: dict[str, float] = {"GPU": math.ceil(big_gpus)} if big_gpus else {}
         if self._declares_cpu:
             wanted["CPU"] = big_cpus
         fits = [_how_many(r, w["nthreads"], wanted) for r, w in zip(declared, workers)]

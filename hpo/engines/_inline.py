@@ -40,7 +40,7 @@ class InlineEngine(Engine):
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "InlineEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> InlineEngine:
         super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
         refuse_beyond_this_machine(spec.resources.cpus, spec.resources.gpus,
                                    "use --engine dask with workers offering {resources}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+from types import FrameType
+from typing import TypeGuard
 
 from hpo.errors import UsageError
 
@@ -37,7 +39,9 @@ def refuse_unguarded_main() -> None:
         tree = ast.parse(Path(path).read_text())
     except (OSError, SyntaxError, ValueError):
         return
-    if not any(_is_main_guard(node) and node.body[0].lineno <= line <= node.body[-1].end_lineno
+    # ast.parse sets every end_lineno (typeshed allows None, for nodes built by hand).
+    if not any(_is_main_guard(node)
+               and node.body[0].lineno <= line <= node.body[-1].end_lineno  # type: ignore[operator]
                for node in tree.body):
         raise UsageError(
             f"{path}, line {line}: the study is started at the script's top level; Dask's worker "
@@ -49,7 +53,8 @@ def refuse_unguarded_main() -> None:
 def _top_level_line(main: object) -> int | None:
     """The line of the main script's top-level statement being executed."""
     namespace = getattr(main, "__dict__", None)
-    frame, line = sys._getframe(1), None
+    frame: FrameType | None = sys._getframe(1)
+    line: int | None = None
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals is namespace:
             line = frame.f_lineno
@@ -57,7 +62,7 @@ def _top_level_line(main: object) -> int | None:
     return line
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
+def _is_main_guard(node: ast.stmt) -> TypeGuard[ast.If]:
     """``if __name__ == "__main__":`` (either way round)."""
     if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
         return False

@@ -50,7 +50,7 @@ class SimulatedCosts:
                                  "  fix: give each cost in seconds, e.g. start=7")
 
     @classmethod
-    def parse(cls, text: str) -> "SimulatedCosts":
+    def parse(cls, text: str) -> SimulatedCosts:
         """From ``"dispatch=0.004,start=7,save=1.2,restore=0.9"`` (seconds;
         names left out keep their defaults)."""
         fields = {"dispatch": "dispatch_s", "start": "start_s", "save": "save_s", "restore": "restore_s"}
@@ -205,7 +205,7 @@ class SimulatedEngine(Engine):
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec, *, scheduler=None, workers=None) -> "SimulatedEngine":
+    def from_spec(cls, spec, *, scheduler=None, workers=None) -> SimulatedEngine:
         if scheduler:
             raise UsageError("--scheduler is for the dask engine, not 'simulated'.\n"
                              "  fix: drop it; --workers sets the simulated slots")

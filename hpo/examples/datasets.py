@@ -165,7 +165,7 @@ def _fingerprint(path: Path, depth: int = 1) -> tuple:
     st = path.stat()
     if not path.is_dir():
         return (st.st_size, st.st_mtime_ns)
-    entries = []
+    entries: list[tuple[object, ...]] = []
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.is_dir() and depth > 0 and entry.name == CIFAR10_DIR:
             entries.append((entry.name, _fingerprint(Path(entry.path), depth - 1)))
@@ -213,8 +213,9 @@ def locate_mnist(path: str | os.PathLike | None = None) -> Path:
 def _load_mnist_cached(path: str, _key: tuple) -> Split:
     p = Path(path)
     if p.is_dir():
-        found = {name: _find_mnist_file(p, name) for name in MNIST_FILES}
-        if any(f is None for f in found.values()):  # locate_mnist found the .npz
+        looked = {name: _find_mnist_file(p, name) for name in MNIST_FILES}
+        found = {name: f for name, f in looked.items() if f is not None}
+        if len(found) < len(looked):  # locate_mnist found the .npz
             return _load_npz(p / "mnist.npz", image_ndim=3)
         x_tr = read_idx_images(found[MNIST_FILES[0]])
         y_tr = read_idx_labels(found[MNIST_FILES[1]])
@@ -270,7 +271,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as f:
         try:
             batch = pickle.load(f, encoding="bytes")
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a batch"
+        except Exception as exc:  # any unpickling failure means "not a batch"
             raise ValueError(f"{path}: not a CIFAR-10 python batch ({exc})") from exc
     if not isinstance(batch, dict):
         raise ValueError(f"{path}: not a CIFAR-10 python batch (a {type(batch).__name__}, not a dict)")
@@ -356,4 +357,4 @@ def _readonly(*pairs: tuple[np.ndarray, np.ndarray]) -> Split:
     for pair in pairs:
         for array in pair:
             array.flags.writeable = False
-    return tuple(pairs)  # type: ignore[return-value]
+    return tuple(pairs)  # type: ignore[return-value]  # two pairs from every caller: a Split

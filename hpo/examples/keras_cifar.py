@@ -23,13 +23,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from typing import Any  # noqa: E402
+from typing import Any
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
 
-from hpo.examples.datasets import load_cifar10, locate_cifar10, subsample  # noqa: E402
-from hpo.examples.keras_training import epochs_from, fit  # noqa: E402
+from hpo.examples.datasets import load_cifar10, locate_cifar10, subsample
+from hpo.examples.keras_training import epochs_from, fit
 
 __all__ = ["train", "build_model", "load_data", "check_data"]
 
@@ -85,4 +85,5 @@ def check_data(fixed: dict[str, Any]) -> None:
     locate_cifar10(fixed.get("data_path"))
 
 
-train.preflight = check_data
+# The objective's preflight hook (hpo.trial.preflight): an attribute mypy does not know functions to have.
+train.preflight = check_data  # type: ignore[attr-defined]

@@ -22,13 +22,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from typing import Any  # noqa: E402
+from typing import Any
 
-import keras  # noqa: E402
+import keras
 
-from hpo.allocation import Layer, ModelCost  # noqa: E402
-from hpo.examples.datasets import load_digits_split  # noqa: E402
-from hpo.examples.keras_training import epochs_from, fit  # noqa: E402
+from hpo.allocation import Layer, ModelCost
+from hpo.examples.datasets import load_digits_split
+from hpo.examples.keras_training import epochs_from, fit
 
 __all__ = ["train", "build_model", "cost"]
 

@@ -8,11 +8,11 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from typing import Any  # noqa: E402
+from typing import Any
 
-import keras  # noqa: E402
+import keras
 
-from hpo.keras import HpoCallback, limit_gpu_memory  # noqa: E402
+from hpo.keras import HpoCallback, limit_gpu_memory
 
 limit_gpu_memory()  # before any model is built: trials sharing a GPU share its memory
 

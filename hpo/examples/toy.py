@@ -103,7 +103,8 @@ def nan(config: dict[str, Any], trial: Any) -> float:
 
 
 def slow(config: dict[str, Any], trial: Any) -> dict[str, float]:
-    """Sleep ``sleep_s`` (1.0) in 0.05 s naps, returning early when ``trial.should_stop()``; return ``{"value": 1.0}``."""
+    """Sleep ``sleep_s`` (1.0) in 0.05 s naps, returning early when ``trial.should_stop()``;
+    return ``{"value": 1.0}``."""
     deadline = time.monotonic() + float(config.get("sleep_s", 1.0))
     while (left := deadline - time.monotonic()) > 0:
         if trial.should_stop():

@@ -15,19 +15,52 @@ through its public face. Time is read from the engine (``Engine.now``).
 
 from hpo.master._fail_fast import MIN_SAME_FAILURES, FailFast, failures_to_stop
 from hpo.master._lifecycle import (
-    LOST_TASK_RETRIES, MASTER_DEATHS, NO_CHECKPOINT, InFlight, await_live_trials, cancel_pending, collect,
-    fail_master_killers, fallen_silent, finished, machine_fault, never_started, nothing_left, resume_lost,
-    saved_no_checkpoint, stop, stop_suspended, suspend_running, task_over, unfinished,
+    LOST_TASK_RETRIES,
+    MASTER_DEATHS,
+    NO_CHECKPOINT,
+    InFlight,
+    await_live_trials,
+    cancel_pending,
+    collect,
+    fail_master_killers,
+    fallen_silent,
+    finished,
+    machine_fault,
+    never_started,
+    nothing_left,
+    resume_lost,
+    saved_no_checkpoint,
+    stop,
+    stop_suspended,
+    suspend_running,
+    task_over,
+    unfinished,
 )
 from hpo.master._loop import Controller
 from hpo.master._progress import ProgressLine
 from hpo.master._pruning import (
-    AshaPruning, HyperbandPruning, MedianPruning, OptunaPruning, asha_pruning, hyperband_pruning,
-    make_pruning, median_pruning,
+    AshaPruning,
+    HyperbandPruning,
+    MedianPruning,
+    OptunaPruning,
+    asha_pruning,
+    hyperband_pruning,
+    make_pruning,
+    median_pruning,
 )
 from hpo.master._scheduling import (
-    ConvergenceAware, Fifo, Policy, QuantumRule, RoundRobin, Slaq, Waiting, convergence, make_policy,
-    milestones_passed, representative_loss, waiting_of,
+    ConvergenceAware,
+    Fifo,
+    Policy,
+    QuantumRule,
+    RoundRobin,
+    Slaq,
+    Waiting,
+    convergence,
+    make_policy,
+    milestones_passed,
+    representative_loss,
+    waiting_of,
 )
 
 __all__ = [

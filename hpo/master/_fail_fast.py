@@ -18,6 +18,7 @@ only spends core-hours on the same error. The rule:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def failures_to_stop(parallel: int) -> int:
     return max(MIN_SAME_FAILURES, parallel + 1)
 
 
-def shape_of(error: dict[str, Any]) -> tuple[str, str]:
+def shape_of(error: Mapping[str, Any]) -> tuple[str, str]:
     """An error's type and its message with numbers blanked: what two
     trials failing for the same reason with different values share.
 
@@ -63,7 +64,7 @@ class FailFast:
     failed: list[optuna.trial.FrozenTrial] = field(default_factory=list)
 
     @classmethod
-    def of(cls, store, parallel: int) -> "FailFast":
+    def of(cls, store, parallel: int) -> FailFast:
         """Off when a trial of the study already has a value."""
         worked = any(status_of(t) in _WORKED for t in store.trials())
         return cls(failures_to_stop(parallel), off=worked)
@@ -74,7 +75,7 @@ class FailFast:
             return False
         error = run_of(trial).get("error") or {}
         if state is not TrialStatus.FAILED or not error.get("type") or (
-                self.failed and shape_of(error) != shape_of(run_of(self.failed[0])["error"])):
+                self.failed and shape_of(error) != shape_of(run_of(self.failed[0])["error"] or {})):
             self.off = True  # a value, a time-out, or another failure: not one mistake
             return False
         self.failed.append(trial)
@@ -86,7 +87,7 @@ class FailFast:
     def error(self, source: str, run_dir: Path, metric: str) -> SameFailure:
         """What to tell the user: the error, the trials, and what to change."""
         first = self.failed[0]
-        error = run_of(first)["error"]
+        error = run_of(first)["error"] or {}
         numbers = ", ".join(str(n) for n in sorted(t.number for t in self.failed))
         return SameFailure(
             f"{source}: the first {len(self.failed)} trials (numbers {numbers}) all failed the same "
@@ -102,7 +103,7 @@ class FailFast:
 _WORKED = (TrialStatus.COMPLETE, TrialStatus.PRUNED, TrialStatus.STOPPED)
 
 
-def _fix(error: dict[str, Any], metrics: dict[str, float], metric: str, source: str) -> str:
+def _fix(error: Mapping[str, Any], metrics: dict[str, float], metric: str, source: str) -> str:
     """The fix for the commonest mistakes; else where to look."""
     if error.get("type") == "BadReturnValue" and "multi-objective" not in error.get("message", ""):
         if metrics:

@@ -30,10 +30,23 @@ from hpo.engines import Engine
 from hpo.errors import EngineLost, StoreUnavailable
 from hpo.store import MACHINE_FAULTS, StudyStore, process_alive, unwritable
 from hpo.store.records import (
-    UNFINISHED_STATES, TrialStatus, attr_of, best_reported, last_sign_of_life, run_of, status_of, task_done,
+    UNFINISHED_STATES,
+    TrialStatus,
+    attr_of,
+    best_reported,
+    last_sign_of_life,
+    run_of,
+    status_of,
+    task_done,
 )
 from hpo.trial import (
-    SILENT_HEARTBEATS, TrialTask, ended_the_interpreter, fell_silent, heartbeat_s, note_awake, stop_grace_s,
+    SILENT_HEARTBEATS,
+    TrialTask,
+    ended_the_interpreter,
+    fell_silent,
+    heartbeat_s,
+    note_awake,
+    stop_grace_s,
 )
 
 __all__ = [

@@ -31,8 +31,8 @@ from hpo.master._fail_fast import FailFast
 from hpo.master._lifecycle import InFlight
 from hpo.master._progress import ProgressLine
 from hpo.master._pruning import make_pruning
-from hpo.results import StudyResult
 from hpo.master._scheduling import Policy, QuantumRule, Waiting, make_policy, waiting_of
+from hpo.results import StudyResult
 from hpo.search import Searcher, create_study, open_search, startup_trials
 from hpo.space import StudySpec
 from hpo.store import MasterLease, RunDir, StudyRelay, StudyStore, context_of, relay_interface
@@ -145,6 +145,7 @@ class Controller:
         # its slots would only wait, created in the store, past any time budget.
         parallel = self._parallel()
         allocator = self._allocator
+        assert allocator is not None and self._relay is not None  # set by run() and _run()
         window = parallel + allocator.ahead(parallel, self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
                                 slots=parallel)
@@ -254,12 +255,14 @@ class Controller:
         """Submit up to ``room`` new proposed configurations (stored together
         where the search allows); False when the space is exhausted."""
         proposals = searcher.ask_many(max(room, 1))
+        assert self._allocator is not None
         for proposal in proposals:
             self._allocator.propose(proposal.number, proposal.trial_id, proposal.params, new=True)
         return bool(proposals)
 
     def _start_queued(self, trial: optuna.trial.FrozenTrial) -> None:
         """Start a trial an earlier run created and never started."""
+        assert self._allocator is not None
         self._allocator.propose(trial.number, StudyStore.trial_id(trial), dict(trial.params))
 
     def _room_for_new(self, searcher: Searcher, finished: int, waiting: int, unfinished: int) -> bool:
@@ -294,6 +297,7 @@ class Controller:
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         stored = store.trial(chosen.trial_id)
+        assert self._allocator is not None
         self._allocator.resume(stored, run_of(stored).get("segment", -1), why)
 
     def _submit_all(self, starts: list[tuple[TrialTask, bool]]) -> None:
@@ -312,6 +316,7 @@ class Controller:
               after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:
         """The task of a trial, with what the replica holds of it (its
         process never reads the store; a ``new`` trial holds nothing yet)."""
+        assert self._store is not None  # set by _run(), before the allocator asks
         context = None if new else context_of(self._store.trial(trial_id))
         return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
@@ -349,7 +354,7 @@ class _Tally:
     best: tuple[int, float] | None = None
 
     @classmethod
-    def of(cls, store: StudyStore) -> "_Tally":
+    def of(cls, store: StudyStore) -> _Tally:
         tally = cls()
         maximize = store.maximize
         for trial in store.trials():
@@ -366,6 +371,7 @@ class _Tally:
         if state is TrialStatus.COMPLETE:
             # Ties go to the lower trial number, as in the leaderboard and the
             # summary (StudyResult.best), whatever order trials finish in.
+            assert value is not None  # a COMPLETE trial has its value
             sign = -1.0 if maximize else 1.0
             if self.best is None or (sign * value, number) < (sign * self.best[1], self.best[0]):
                 self.best = (number, value)

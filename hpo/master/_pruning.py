@@ -52,19 +52,19 @@ def make_pruning(settings: dict[str, Any] | None, *, maximize: bool, study_name:
                         maximize=maximize, study_name=study_name, metric=metric)
 
 
-def median_pruning(min_steps: int = 0, **kwargs: Any) -> "MedianPruning":
+def median_pruning(min_steps: int = 0, **kwargs: Any) -> MedianPruning:
     """Below the median of the completed trials at the same step, after
     ``min_steps`` (Optuna's ``MedianPruner(n_startup_trials=2, n_warmup_steps=min_steps)``)."""
     return MedianPruning(n_startup_trials=2, n_warmup_steps=min_steps, **kwargs)
 
 
-def asha_pruning(min_steps: int = 0, **kwargs: Any) -> "AshaPruning":
+def asha_pruning(min_steps: int = 0, **kwargs: Any) -> AshaPruning:
     """Asynchronous successive halving, ``min_steps`` the first rung
     (Optuna's ``SuccessiveHalvingPruner(min_resource=max(1, min_steps))``)."""
     return AshaPruning(min_resource=max(1, min_steps), **kwargs)
 
 
-def hyperband_pruning(min_steps: int = 0, **kwargs: Any) -> "HyperbandPruning":
+def hyperband_pruning(min_steps: int = 0, **kwargs: Any) -> HyperbandPruning:
     """Hyperband's brackets of successive halving (Optuna's
     ``HyperbandPruner(min_resource=max(1, min_steps))``)."""
     return HyperbandPruning(min_resource=max(1, min_steps), **kwargs)
@@ -254,6 +254,7 @@ class HyperbandPruning(_Pruning):
             if self._longest_completed is None:
                 return False
             max_resource = self._longest_completed + 1
+        assert not isinstance(max_resource, str)  # "auto" is the only word
         count = math.floor(math.log(max_resource / self.min_resource, self.reduction_factor)) + 1
         for bracket in range(count):
             s = count - 1 - bracket

@@ -41,6 +41,7 @@ import optuna
 from hpo.registry import POLICIES
 from hpo.store import StudyStore
 from hpo.store.records import SegmentRecord, TrialStatus, grouped_attrs, status_of
+
 # The quantum rule and Hermes' convergence are applied by the worker too: they live with the trial.
 from hpo.trial import QuantumRule, convergence, milestones_passed, representative_loss
 
@@ -178,6 +179,6 @@ def _segment_losses(trial: optuna.trial.FrozenTrial, segments: list[SegmentRecor
     losses = []
     for segment in segments:
         first, last = segment.get("first_step"), segment.get("last_step")
-        if first is not None:
+        if first is not None and last is not None:  # a segment that reported has both
             losses.append([sign * values[s] for s in range(first, last + 1) if s in values])
     return [seg for seg in losses if seg]

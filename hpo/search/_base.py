@@ -4,12 +4,12 @@ tells the result to the shared store (which the samplers read)."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from hpo.space import Param
 from hpo.store import StudyStore
@@ -37,8 +37,9 @@ class ProposalSampler(optuna.samplers.BaseSampler):
 
     def __init__(self, distributions: dict[str, optuna.distributions.BaseDistribution]) -> None:
         self._distributions = distributions
-        self.propose = None  # set by the Searcher: (study, trial) -> params
-        self.before = None  # set by the Searcher: (trial) -> None, Optuna's before_trial
+        # Set by the Searcher: (study, trial) -> params, and (trial) -> None, Optuna's before_trial.
+        self.propose: Callable[[optuna.Study, optuna.trial.FrozenTrial | None], dict[str, Any]] | None = None
+        self.before: Callable[[optuna.trial.FrozenTrial], None] | None = None
 
     def before_trial(self, study, trial):
         if self.before is not None:  # optuna.Trial calls it on the trial just created
@@ -48,6 +49,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         return self._distributions
 
     def sample_relative(self, study, trial, search_space):
+        assert self.propose is not None  # a Searcher proposes through it
         return self.propose(study, trial)
 
     def sample_independent(self, study, trial, param_name, param_distribution):
@@ -74,8 +76,9 @@ class Searcher(abc.ABC):
         self.params = params
         self.distributions = {name: param.distribution() for name, param in params.items()}
         self._store = StudyStore.of(study)
-        study.sampler.propose = self._propose
-        study.sampler.before = self._before_trial
+        sampler = cast(ProposalSampler, study.sampler)  # the one create_study() gave the study
+        sampler.propose = self._propose
+        sampler.before = self._before_trial
         self._seen = {_key(t.params) for t in study.get_trials(deepcopy=False) if _counts(t)}
 
     def ask(self) -> Proposal | None:
@@ -89,7 +92,7 @@ class Searcher(abc.ABC):
         them in one write; an adaptive one asks one at a time, as each
         proposal is sampled on its trial."""
         if self.adaptive:
-            proposals = []
+            proposals: list[Proposal] = []
             while len(proposals) < count and not self._exhausted():
                 # What study.ask() does, without popping a queued (WAITING) trial.
                 trial_id, _ = self._store.create_trial({}, {})
@@ -100,7 +103,7 @@ class Searcher(abc.ABC):
                 self._seen.add(_key(params))
                 proposals.append(Proposal(StudyStore.trial_id(trial), trial.number, params))
             return proposals
-        chosen = []
+        chosen: list[dict[str, Any]] = []
         while len(chosen) < count and not self._exhausted():
             params = self._propose(self.study, None)
             self._seen.add(_key(params))
@@ -134,8 +137,12 @@ def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> 
     """Store the proposed value of ``name`` on ``trial``, as ``study.ask`` would."""
     if isinstance(distribution, CategoricalDistribution):
         return trial.suggest_categorical(name, distribution.choices)
-    suggest = trial.suggest_int if isinstance(distribution, IntDistribution) else trial.suggest_float
-    return suggest(name, distribution.low, distribution.high, step=distribution.step, log=distribution.log)
+    if isinstance(distribution, IntDistribution):
+        return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step,
+                                 log=distribution.log)
+    assert isinstance(distribution, FloatDistribution)  # hpo's parameters have these three kinds
+    return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step,
+                               log=distribution.log)
 
 
 def _key(params: dict[str, Any]) -> tuple:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Container
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -121,14 +121,21 @@ def _running(trial: FrozenTrial) -> FrozenTrial:
     return seen
 
 
-class _SamplerView:
+if TYPE_CHECKING:  # the view stands in for a Study wherever samplers take one
+    _StudyLike = optuna.Study
+else:
+    _StudyLike = object
+
+
+class _SamplerView(_StudyLike):
     """A study as :func:`sampler_view` says; everything else is the study's
     own. ``stopped`` says whether a sampler called :meth:`stop`."""
 
     def __init__(self, study: optuna.Study, told: Container[int] | None = None) -> None:
         self._study = study
         late = _LateAttrs(study._storage, study._study_id)
-        self._storage = _SeenStorage(study._storage, late, told)
+        # A proxy of the study's storage, as samplers reach it.
+        self._storage = cast(optuna.storages.BaseStorage, _SeenStorage(study._storage, late, told))
         self.stopped = False
 
     def __getattr__(self, name: str) -> Any:
@@ -155,7 +162,7 @@ class _SamplerView:
         self.stopped = True
 
 
-def sampler_view(study: optuna.Study, told: Container[int] | None = None) -> optuna.Study:
+def sampler_view(study: optuna.Study, told: Container[int] | None = None) -> _SamplerView:
     """``study`` as hpo shows it to samplers: queued trials as running,
     suspended ones as pruned at their last report, and each trial with the
     system attributes samplers wrote once it ended (its "constraints").
@@ -170,7 +177,7 @@ def sampler_view(study: optuna.Study, told: Container[int] | None = None) -> opt
     >>> [t.state.name for t in sampler_view(study).trials]  # queued: running, to a sampler
     ['RUNNING']
     """
-    return _SamplerView(study, told)  # type: ignore[return-value]
+    return _SamplerView(study, told)
 
 
 paused_view = sampler_view  # its earlier name

@@ -13,8 +13,8 @@ import optuna
 from hpo.errors import UsageError
 from hpo.search._base import Proposal, Searcher, _key
 from hpo.search._paused import sampler_view
-from hpo.store import StudyStore
 from hpo.space import Grid, is_active, ordered
+from hpo.store import StudyStore
 
 __all__ = ["GridSearcher", "SamplerSearcher", "random_sampler", "tpe_sampler", "gp_sampler",
            "startup_trials"]
@@ -125,14 +125,16 @@ class SamplerSearcher(Searcher):
         study = self._view
         if trial is not None:  # as stored now: before_trial may have written on it
             trial = self._view.trial(StudyStore.trial_id(trial))
-        space = (self._inner.infer_relative_search_space(study, trial) if self._conditional
+        # A sampler that is not adaptive (plain random) is asked before the trial
+        # exists, with None for it: it reads none. Optuna's signatures say a FrozenTrial.
+        space = (self._inner.infer_relative_search_space(study, trial) if self._conditional  # type: ignore[arg-type]
                  else self.distributions)
-        joint = self._inner.sample_relative(study, trial, space)
+        joint = self._inner.sample_relative(study, trial, space)  # type: ignore[arg-type]
         params: dict[str, Any] = {}
         for name in self._order:
             if is_active(self.params[name], params):
                 params[name] = (joint[name] if name in joint else self._inner.sample_independent(
-                    study, self._so_far(trial, params), name, self.distributions[name]))
+                    study, self._so_far(trial, params), name, self.distributions[name]))  # type: ignore[arg-type]
         return params
 
     def _so_far(self, trial: optuna.trial.FrozenTrial | None,

@@ -67,7 +67,8 @@ def _plain_choices(name: str, value: Any, at: Loc, inherited: Condition) -> tupl
     if not isinstance(listed, list) or not any(isinstance(c, dict) for c in listed):
         return value, []
     choices_at = at if isinstance(value, list) else at / "choices"
-    plain, subspaces = [], []
+    plain: list[Any] = []
+    subspaces: list[tuple[str, tuple[Any, Loc, Condition]]] = []
     for i, choice in enumerate(listed):
         if not isinstance(choice, dict):
             plain.append(choice)
@@ -209,14 +210,14 @@ def _classes(params: Mapping[str, Param]) -> dict[str, list[Sequence]]:
     for param in params.values():
         for parent, allowed in param.when:
             sets.setdefault(parent, []).append(allowed)
-    classes = {}
+    classes: dict[str, list[Sequence]] = {}
     for parent, allowed_sets in sets.items():
         axis = params[parent].grid_values()
         named = sorted({i for allowed in allowed_sets for v in allowed for i in _positions(axis, v)})
         groups: dict[tuple, list[int]] = {}
         for i in named:
             groups.setdefault(tuple(axis[i] in allowed for allowed in allowed_sets), []).append(i)
-        found = [(g[0], tuple(axis[i] for i in g)) for g in groups.values()]
+        found: list[tuple[int, Sequence]] = [(g[0], tuple(axis[i] for i in g)) for g in groups.values()]
         rest = _Without(axis, named)
         if len(rest):
             gone = set(named)
@@ -240,7 +241,7 @@ class _Without(Sequence):
     def __len__(self) -> int:
         return len(self._axis) - len(self._gone)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         if not -len(self) <= index < len(self):

@@ -50,7 +50,7 @@ class Points(Sequence[T]):
     def __len__(self) -> int:
         return self._size
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return [self._value(k) for k in range(*index.indices(self._size))]
         return self._value(_position(index, self._size))
@@ -120,7 +120,7 @@ class Grid(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return self._size
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self._size))]
         position = _position(index, self._size)
@@ -130,7 +130,7 @@ class Grid(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(self._size))
 
-    def index(self, config: Mapping[str, Any], start: int = 0, stop: int | None = None) -> int:
+    def index(self, config: object, start: int = 0, stop: int | None = None) -> int:
         """Position of ``config`` in the grid, in O(parameters) for int and categorical axes."""
         if not isinstance(config, Mapping):
             raise ValueError(f"{config!r} is not a configuration")
@@ -145,7 +145,7 @@ class Grid(Sequence[dict[str, Any]]):
 
     def __contains__(self, config: object) -> bool:
         try:
-            self.index(config)  # type: ignore[arg-type]
+            self.index(config)
         except ValueError:
             return False
         return True

@@ -20,7 +20,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, TypeGuard
 
 from optuna.distributions import (
     BaseDistribution,
@@ -77,7 +77,7 @@ class Loc:
         self.fail(f"expected {what}, got {value!r} ({kind})", fix or f"write {what}")
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -180,6 +180,7 @@ class Param(ABC):
 
     kind: ClassVar[str]
     name: str
+    # None only until __post_init__ fills it in: a Param always has its Loc.
     loc: Loc = field(default=None, kw_only=True, compare=False, repr=False)  # type: ignore[assignment]
     #: When the parameter exists: ``((other parameter, allowed values), ...)``
     #: (hpo.space._conditions); empty for one that always does.
@@ -404,12 +405,14 @@ class FloatParam(Param):
 
     def _steps(self) -> float:
         """Steps from low to high, as a float: inf when ``high - low`` overflows."""
+        assert self.step is not None  # asked of a stepped range only
         return (self.high - self.low) / self.step * (1 + 1e-9)
 
     def grid_values(self) -> Sequence[float]:
-        if self.step is not None:
+        step = self.step
+        if step is not None:
             count = math.floor(self._steps()) + 1
-            return Points(count, lambda k: min(_tidy(self.low + k * self.step), self.high))
+            return Points(count, lambda k: min(_tidy(self.low + k * step), self.high))
         if self.num is not None:
             return Points(self.num, self._spaced)
         self.loc.fail(
@@ -418,6 +421,7 @@ class FloatParam(Param):
         )
 
     def _spaced(self, k: int) -> float:
+        assert self.num is not None  # the points of a range with "num" only
         if k == self.num - 1:
             return self.high  # exact, whatever the rounding on the way
         t = k / (self.num - 1)
@@ -475,7 +479,7 @@ def parse_when(value: object, at: Loc) -> Condition:
     for its form here and against the other parameters by ``check_conditions``."""
     if value is None:
         return ()
-    as_object(value, at)
+    value = as_object(value, at)
     if not value:
         at.fail("an empty condition", 'name a parameter and its values, e.g. {"optimizer": "sgd"}, or remove "when"')
     condition = []

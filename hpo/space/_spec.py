@@ -22,22 +22,32 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, Literal, NoReturn
 
 from optuna.distributions import BaseDistribution
 
-from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
-from hpo.errors import SpaceError, closest
 from hpo import registry
+from hpo.allocation import Amount, TrialShape, check_shape, parse_amount, sample_configs
 from hpo.data import DataSection
+from hpo.errors import SpaceError, closest
 from hpo.space._conditions import check_conditions, is_active, ordered, unnest
 from hpo.space._data import parse_data
 from hpo.space._grid import Grid
 from hpo.space._params import (
-    Loc, Param, as_choice, as_int, as_number, as_object, as_str, parse_param,
+    FloatParam,
+    IntParam,
+    Loc,
+    Param,
+    as_choice,
+    as_int,
+    as_number,
+    as_object,
+    as_str,
+    parse_param,
 )
 
 __all__ = [
@@ -72,7 +82,7 @@ class Metric:
     """The value the objective reports, which way is better, and an optional goal."""
 
     name: str = "val_accuracy"
-    direction: str = "maximize"
+    direction: Literal["maximize", "minimize"] = "maximize"
     target: float | None = None
 
 
@@ -606,7 +616,7 @@ def parse_spec(data: dict[str, Any], source: str = "<dict>", default_name: str =
 
 def _check_depth(data: dict[str, Any], root: Loc) -> None:
     """Refuse nesting deeper than _MAX_DEPTH, or a container inside itself."""
-    stack = [(data, root, 0)]
+    stack: list[tuple[Any, Loc, int]] = [(data, root, 0)]
     while stack:
         value, at, depth = stack.pop()
         if depth > _MAX_DEPTH:
@@ -697,10 +707,11 @@ def _shape_samples(resources: Resources, params: dict[str, Param]) -> list[dict[
 def _values_of(param: Param) -> list[Any]:
     if param.is_finite:
         return list(param.grid_values())
+    assert isinstance(param, (IntParam, FloatParam))  # only a range can be infinite
     return [param.low, (param.low + param.high) / 2, param.high]
 
 
-def shape_bounds(spec: "StudySpec") -> tuple[TrialShape, TrialShape]:
+def shape_bounds(spec: StudySpec) -> tuple[TrialShape, TrialShape]:
     """The smallest and the largest trial of ``spec``, amount by amount."""
     shapes = [spec.resources.shape(c) for c in _shape_samples(spec.resources, spec.params)]
     def pick(f):
@@ -779,13 +790,14 @@ def _search(value: object, at: Loc) -> SearchSettings:
 def _fixed(value: object, at: Loc, params: dict[str, Param]) -> dict[str, Any]:
     if value is None:
         return {}
-    for key in as_object(value, at):
+    fixed = as_object(value, at)
+    for key in fixed:
         if key in params:
             (at / key).fail(
                 f"{key!r} is both fixed and a parameter in \"space\"",
                 f'remove "{key}" from "fixed" or from "space"',
             )
-    return copy.deepcopy(value)
+    return copy.deepcopy(fixed)
 
 
 def _name(value: object, at: Loc) -> str:
@@ -807,6 +819,7 @@ def _objective(value: object, at: Loc) -> str:
     module, colon, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not (colon and function.isidentifier() and all(part.isidentifier() for part in module.split("."))):
         at.expected('"package.module:function"', value, f'e.g. "objective": "{DEFAULT_OBJECTIVE}"')
+    assert isinstance(value, str)  # anything else has no colon: refused above
     return value
 
 

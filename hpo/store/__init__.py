@@ -45,8 +45,14 @@ from hpo.store._protocol import Decision, Halted, MalformedRequest, split_relay
 from hpo.store._relay import StudyRelay, clear_dead_relay_lock, relay_interface
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._snapshot import (
-    Mark, SnapshotJournal, is_placeholder, read_snapshot, records_read, replay_dump,
-    save_journal_snapshot, write_snapshot,
+    Mark,
+    SnapshotJournal,
+    is_placeholder,
+    read_snapshot,
+    records_read,
+    replay_dump,
+    save_journal_snapshot,
+    write_snapshot,
 )
 from hpo.store._storage_url import check_storage_url
 from hpo.store._study import StudyStore, open_storage
@@ -56,6 +62,7 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "JOURNAL_FILE", "LEASE_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
            "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
            "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
-           "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file", "TrialContext", "context_of", "check_storage_url",
+           "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file",
+           "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
            "is_placeholder", "process_alive", "unwritable", "MACHINE_FAULTS"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import optuna
@@ -178,4 +178,4 @@ def _line(record: dict[str, Any]) -> str:
 
 
 def _now() -> str:
-    return datetime.now(tz=timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(tz=UTC).isoformat(timespec="microseconds")

@@ -17,10 +17,10 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 import optuna
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileSymlinkLock
@@ -30,7 +30,12 @@ from hpo.store._files import write_atomically
 from hpo.store._format import FIELDS, Op, creation_ops, encode_records, record_starts
 from hpo.store._protocol import MAX_STEP
 from hpo.store.records import (
-    ENDED_BY_ATTR, EVENT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR,
+    ENDED_BY_ATTR,
+    EVENT_ATTR,
+    PROFILE_ATTR,
+    REPORT_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
 )
 
 __all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
@@ -102,7 +107,7 @@ class JournalFile(JournalFileBackend):
         """The byte offset just past the last record read."""
         return self._read_to
 
-    def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+    def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         number = log_number_from if log_number_from in self._offsets else 0
         for record, offset in self._intact(self._offsets[number]):
             if record is None:  # skipped: the bytes are read all the same
@@ -120,10 +125,12 @@ class JournalFile(JournalFileBackend):
         """The intact records from byte ``offset`` on, and the offset after the
         last of them (an incomplete last line waits for the next read)."""
         records = []
-        for record, offset in self._intact(offset):
+        end = offset
+        for record, after in self._intact(offset):
             if record is not None:
                 records.append(record)
-        return records, offset
+            end = after
+        return records, end
 
     def _intact(self, offset: int) -> Iterator[tuple[dict[str, Any] | None, int]]:
         """Each intact record from byte ``offset`` on, with the offset after
@@ -283,11 +290,11 @@ def _unusable_attr(key: Any, value: Any) -> str | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

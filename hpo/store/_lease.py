@@ -57,7 +57,7 @@ class MasterLease:
             return None
         return held
 
-    def acquire(self) -> "MasterLease":
+    def acquire(self) -> MasterLease:
         """Hold the lease, taking over a stale one; :class:`StudyBusy` if a live
         master holds it."""
         held = _read(self.path)
@@ -82,7 +82,7 @@ class MasterLease:
             except OSError:  # a read-only file system: the lease goes stale by itself
                 pass
 
-    def __enter__(self) -> "MasterLease":
+    def __enter__(self) -> MasterLease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

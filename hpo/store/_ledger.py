@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -23,9 +24,23 @@ import optuna
 
 from hpo.store._format import Op, op_of, study_attrs, trial_attrs
 from hpo.store.records import (
-    CONTENDER_ATTR, ENDED_BY_ATTR, HEARTBEAT_ATTR, REPORT_ATTR, RESIZE_ATTR, RUN_ATTR, SEGMENT_ATTR,
-    STOP_ATTR, STUDY_DECISIONS, RunRecord, TrialStatus, attr_of, grouped_attrs, run_of, status_from,
-    status_of, study_decisions,
+    CONTENDER_ATTR,
+    ENDED_BY_ATTR,
+    HEARTBEAT_ATTR,
+    REPORT_ATTR,
+    RESIZE_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
+    STOP_ATTR,
+    STUDY_DECISIONS,
+    RunRecord,
+    TrialStatus,
+    attr_of,
+    grouped_attrs,
+    run_of,
+    status_from,
+    status_of,
+    study_decisions,
 )
 
 __all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger"]
@@ -58,12 +73,12 @@ class TrialView:
 
     trial_id: int
     number: int
-    run: RunRecord = field(default_factory=dict)
+    run: RunRecord = field(default_factory=RunRecord)
     heartbeat: Any = None
     ended_by: Any = None
     values: dict[int, float] = field(default_factory=dict)
     reports: dict[int, dict[str, float]] = field(default_factory=dict)
-    segments: dict[int, dict[str, Any]] = field(default_factory=dict)
+    segments: dict[int, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,7 +140,8 @@ def _no_study_attrs() -> dict[Op, dict[str, Any]]:
 def _follow_attr(view: TrialView, key: str, value: Any) -> None:
     """A trial attribute written: what the view keeps of it."""
     if key == RUN_ATTR:
-        view.run = value or {}
+        run: RunRecord | None = value
+        view.run = run or {}
     elif key == HEARTBEAT_ATTR:
         view.heartbeat = value
     elif key == ENDED_BY_ATTR:
@@ -179,14 +195,14 @@ class JournalLedger(Ledger):
         elif op == Op.CREATE_TRIAL:
             self._create_trial(record)
         elif op in _TRIAL_OPS:
-            view = self._live.get(record.get("trial_id"))
+            view = self._live.get(record["trial_id"])  # its fields were checked (FIELDS)
             if view is not None:
                 self._update(view, op, record)
 
     # -- inside ------------------------------------------------------------------------
 
     def _create_study(self, record: dict[str, Any]) -> None:
-        name = record.get("study_name")
+        name = record["study_name"]  # its fields were checked (FIELDS)
         if name in self._studies:
             return
         self._studies[name] = self._next_study

@@ -31,17 +31,29 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_ANSWER, VERSION, Decision, Frames, Halted, MalformedRequest, check_request, encode,
-    read_frame, split_relay,
+    HELLO_TIMEOUT_S,
+    MAX_ANSWER,
+    VERSION,
+    Decision,
+    Frames,
+    Halted,
+    MalformedRequest,
+    check_request,
+    encode,
+    read_frame,
+    split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
-from hpo.store.records import RUN_ATTR, RunRecord, TrialContext, TrialStatus, begin_attempt
+from hpo.store.records import RUN_ATTR, EventRecord, RunRecord, TrialContext, TrialStatus, begin_attempt
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = ["TrialLink", "RelayConnection", "Ended", "RelayUnreachable"]
 
@@ -78,7 +90,7 @@ class _Waiter:
         self.answer: dict[str, Any] | None = None
 
     @classmethod
-    def mine(cls) -> "_Waiter":
+    def mine(cls) -> _Waiter:
         waiter = getattr(_thread_waiter, "waiter", None)
         if waiter is None:
             waiter = _thread_waiter.waiter = cls()
@@ -97,12 +109,12 @@ class RelayConnection:
     on to another waiter when its own answer came (no reader thread: a lone
     trial reads its own answer, without a thread switch)."""
 
-    _here: dict[str, "RelayConnection"] = {}
+    _here: dict[str, RelayConnection] = {}
     _pid = os.getpid()
     _making = threading.Lock()
 
     @classmethod
-    def to(cls, address: str) -> "RelayConnection":
+    def to(cls, address: str) -> RelayConnection:
         """This process's connection to the relay at ``address``."""
         with cls._making:
             if cls._pid != os.getpid():  # a forked child: the parent's socket stays the parent's
@@ -171,7 +183,8 @@ class RelayConnection:
                 sock.settimeout(left)
             while waiter.answer is None:
                 answer = read_frame(sock, self._frames)
-                other = self._waiting.pop(answer.get("id"), None)
+                # A frame with no id (or one nobody waits for) finds no waiter.
+                other = self._waiting.pop(answer.get("id"), None)  # type: ignore[arg-type]
                 if other is not None:
                     other.answer = answer
                     other.wake.set()
@@ -268,7 +281,7 @@ class TrialLink:
     def beat(self, now: float) -> None:
         self._ask({"op": "beat", "now": now})
 
-    def event(self, key: str, record: dict[str, Any]) -> None:
+    def event(self, key: str, record: EventRecord) -> None:
         self._ask({"op": "event", "key": key, "record": record})
 
     def note(self, key: str, value: Any) -> None:
@@ -284,7 +297,7 @@ class TrialLink:
             return Ended(True, status.value, values[0] if values else None)
         return Ended(bool(answer["won"]), answer.get("status"), answer.get("value"))
 
-    def give_up(self, record: RunRecord | None, event: tuple[str, dict[str, Any]], now: float) -> None:
+    def give_up(self, record: RunRecord | None, event: tuple[str, EventRecord], now: float) -> None:
         """The attempt ends without a result (``record``: its final run record,
         where known); its trial is resumed at once."""
         self._ask({"op": "give_up", "record": record, "event": list(event), "now": now})
@@ -333,7 +346,9 @@ class TrialLink:
         """This process's connection to the relay (found once per process)."""
         pid = os.getpid()
         if self._pid != pid:
+            assert self.address is not None  # asked only of a link with a relay
             self._relay, self._pid = RelayConnection.to(self.address), pid
+        assert self._relay is not None
         return self._relay
 
     def _answered(self, answer: dict[str, Any]) -> dict[str, Any]:
@@ -387,6 +402,7 @@ class _DirectSink:
 
     def __init__(self, url: str) -> None:
         self._worker_id = f"hpo-direct-{socket.gethostname()}-{os.getpid()}"
+        self._storage: optuna.storages.BaseStorage | None
         if "://" in url:
             from hpo.store._study import open_storage
 
@@ -398,7 +414,7 @@ class _DirectSink:
             self._storage = None
             self._journal = JournalFile(url, create=False)
 
-    def write(self, writes: list[Write], master: str | None, fence: "_AttemptFence | None" = None) -> bool:
+    def write(self, writes: list[Write], master: str | None, fence: _AttemptFence | None = None) -> bool:
         """Make ``writes`` unless the store's epoch names another master than
         ``master`` (checked under the journal's lock, where the relay names
         its epoch too), or ``fence`` finds a later attempt; False when refused."""
@@ -412,6 +428,7 @@ class _DirectSink:
                 return _current(journal_epoch(path), master) and (fence is None or fence.current())
 
             return self._journal.append_direct(data, allowed)
+        assert self._storage is not None  # a database's sink
         if not _current_in_database(self._storage, master):
             return False
         apply_writes(self._storage, writes)

@@ -86,8 +86,9 @@ import json
 import math
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from hpo.store.records import EVENT_ATTR, PROFILE_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus
 
@@ -177,7 +178,7 @@ def _optional(check: Check) -> Check:
 def _either(*checks: Check) -> Check:
     def check(value: Any) -> str | None:
         whys = [check(value) for check in checks]
-        return None if None in whys else " or ".join(whys)
+        return None if None in whys else " or ".join(why for why in whys if why is not None)
     return check
 
 
@@ -328,9 +329,9 @@ def check_request(message: dict[str, Any]) -> None:
     :data:`REQUESTS` allows (the number of an end's values is the relay's
     to check: it knows the study's objectives)."""
     op = message.get("op")
-    fields = REQUESTS.get(op) if type(op) is str else None
-    if fields is None:
+    if type(op) is not str or op not in REQUESTS:
         raise MalformedRequest("op", f"must be one of {sorted(REQUESTS)}, not {_shown(op)}")
+    fields = REQUESTS[op]
     get = message.get
     for name, check in _COMMON.items():
         why = check(get(name))
@@ -469,7 +470,7 @@ class Decision:
         return wire
 
     @classmethod
-    def from_wire(cls, wire: dict[str, Any]) -> "Decision":
+    def from_wire(cls, wire: dict[str, Any]) -> Decision:
         contender = wire.get("contender")
         return cls(stop=wire.get("stop"), prune=wire.get("prune"), resize=wire.get("resize"),
                    contender=None if contender is None else float(contender))

@@ -35,32 +35,46 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, cast
 
 import optuna
 from optuna.storages.journal import BaseJournalBackend
 
+from hpo.errors import StoreUnavailable
+from hpo.store import _snapshot as snapshot_module
 from hpo.store._control import ControlFile
 from hpo.store._epoch import (
-    EPOCH_ATTR, EPOCH_SUFFIX, epoch_of, epoch_record, in_journal_record, journal_epoch, taken_over,
+    EPOCH_ATTR,
+    EPOCH_SUFFIX,
+    epoch_of,
+    epoch_record,
+    in_journal_record,
+    journal_epoch,
+    taken_over,
     write_epoch_file,
 )
 from hpo.store._files import process_alive, unwritable
 from hpo.store._format import encode_records
 from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
-from hpo.errors import StoreUnavailable
-from hpo.store import _snapshot as snapshot_module
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
 from hpo.store._protocol import (
-    HELLO_TIMEOUT_S, MAX_REQUEST, VERSION, Frames, decode, encode, relay_url, split_relay,
+    HELLO_TIMEOUT_S,
+    MAX_REQUEST,
+    VERSION,
+    Frames,
+    decode,
+    encode,
+    relay_url,
+    split_relay,
 )
 from hpo.store._requests import RequestHandler, refusal
-from hpo.store._study import database_kwargs
 from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
+from hpo.store._study import database_kwargs
 from hpo.store._writes import Write, apply_writes
 
 __all__ = ["StudyRelay", "relay_interface", "clear_dead_relay_lock"]
@@ -170,6 +184,7 @@ class StudyRelay:
         self._store_epoch: dict[str, Any] | None = None
         self._epoch_file: tuple[int, int] | None = None
         self._journal: JournalFile | None = None
+        self.storage: _MasterDatabase | optuna.storages.JournalStorage
         if "://" in url:
             self.storage = _MasterDatabase(url)
             self.ledger: Ledger = StorageLedger(self.storage, study_name, pruning)
@@ -217,7 +232,7 @@ class StudyRelay:
             return self.url
         return relay_url(self.url, self.address)
 
-    def start(self) -> "StudyRelay":
+    def start(self) -> StudyRelay:
         self._thread.start()
         return self
 
@@ -229,12 +244,12 @@ class StudyRelay:
             self._thread.join()
         self._handler.close()
         for key in list(self._selector.get_map().values()):
-            key.fileobj.close()
+            cast(socket.socket, key.fileobj).close()  # the listener, the wake-up pair's end, peers
         self._listener.close()  # also when it was not registered (accepting paused)
         self._selector.close()
         self._wake_w.close()
 
-    def __enter__(self) -> "StudyRelay":
+    def __enter__(self) -> StudyRelay:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -277,6 +292,7 @@ class StudyRelay:
         too small, direct appends not followed yet)."""
         if self._journal is None:
             return False
+        assert isinstance(self.storage, optuna.storages.JournalStorage)  # a journal's replica
         mark, payload = replica_dump(self.storage, lambda: self._feed.consumed)
         earlier = read_snapshot(self._journal.path, STORE_SNAPSHOT)
         if mark.records - (earlier[0].records if earlier else 0) < snapshot_module.SNAPSHOT_EVERY:
@@ -573,7 +589,7 @@ class StudyRelay:
             return
         for local in locals_:
             local.done.set()
-        for (peer, message, writes), stored in zip(written, outcomes):
+        for (peer, message, _), stored in zip(written, outcomes):
             if message["op"] != "start":  # answered already
                 self._handler.answer(peer, message, stored)
         self._handler.publish(self.epoch)
@@ -612,6 +628,7 @@ class StudyRelay:
         if not self.epoch:
             return
         if self._journal is None:
+            assert self._study_id is not None  # claim() took an epoch for it
             self._see_epoch(self.storage.get_study_system_attrs(self._study_id).get(EPOCH_ATTR))
             return
         path = self._journal.path + EPOCH_SUFFIX
@@ -638,11 +655,13 @@ class StudyRelay:
         """Before an epoch this master takes is written to the journal: refuse
         it if another master took a later one meanwhile, and name it in the
         file beside the journal (what writers around the relay read)."""
+        assert self._journal is not None  # an epoch goes into a journal's records
         for record in records:
             claimed = in_journal_record(record)
             if claimed is None:
                 continue
             if epoch_of(self._store_epoch) >= epoch_of(claimed) and self._store_epoch != claimed:
+                assert self._store_epoch is not None  # this master's claims are epochs from 1
                 raise taken_over(self._journal.path, self._store_epoch, epoch_of(claimed))
             self._check_lease_for_claim()  # again, under the journal's lock
             write_epoch_file(self._journal.path, claimed)
@@ -697,6 +716,7 @@ class StudyRelay:
     def _take_foreign(self) -> None:
         """Follow what other processes appended to the journal directly."""
         self._looked = time.monotonic()
+        assert self._journal is not None  # a database has no direct appends to follow
         try:
             size = os.stat(self._journal.path).st_size
         except FileNotFoundError:
@@ -769,6 +789,7 @@ class _Feed(BaseJournalBackend):
             return iter(fed)
 
     def _read_file(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+        assert self._from_file is not None  # read_logs() reads the file until take_over()
         for record in self._journal.read_logs(log_number_from):
             self._ledger.apply(record)
             self._from_file += 1
@@ -781,6 +802,7 @@ class _Feed(BaseJournalBackend):
 
     def take_over(self) -> int:
         """From now on the relay feeds the replica; the byte offset it goes on from."""
+        assert self._from_file is not None  # taken over once
         self._first, self._from_file = self._from_file, None
         self._fed_end = self._journal.read_to
         self.consumed = Mark(self._first, self._fed_end)

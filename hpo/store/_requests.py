@@ -9,15 +9,16 @@ each request may write and what its answer says, from the study's ledger
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from hpo.store._control import ControlFile
 from hpo.store._format import reported
 from hpo.store._ledger import JournalLedger, Ledger, Pruning
 from hpo.store._protocol import HEADER, Decision, MalformedRequest, check_request, encode
 from hpo.store._writes import Write, journal_records, writes_of
-from hpo.store.records import RUN_ATTR, TrialStatus, attempt_open, begin_attempt
+from hpo.store.records import RUN_ATTR, EventRecord, TrialStatus, attempt_open, begin_attempt
 
 __all__ = ["RequestHandler", "refusal"]
 
@@ -120,6 +121,7 @@ class RequestHandler:
 
     def _start(self, message: dict[str, Any], view: Any,
                token: str) -> tuple[dict[str, Any], list[Write]]:
+        events: list[tuple[str, EventRecord]]
         if view.run.get("token") == token and attempt_open(view.run):  # asked again
             run, events = view.run, []
         else:
@@ -155,8 +157,8 @@ class RequestHandler:
                               "value": ended[1] if ended else None})
             return
         if not stored:
-            ended = self.ledger.ended(trial_id) or (None, None)
-            self._send(peer, refusal(message, halt="ended", status=ended[0], value=ended[1]))
+            status, value = self.ledger.ended(trial_id) or (None, None)
+            self._send(peer, refusal(message, halt="ended", status=status, value=value))
             return
         step = message.get("step") if message["op"] == "report" else None
         if step is not None and self._decider is not None:  # a slow pruner: off this thread

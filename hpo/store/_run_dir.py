@@ -35,11 +35,11 @@ from typing import Any
 import optuna
 
 from hpo.errors import UsageError
+from hpo.store import _snapshot
 from hpo.store._control import CONTROL_FILE
 from hpo.store._files import PRIVATE_DIR, PRIVATE_FILE, write_atomically
 from hpo.store._journal import repair_journal
 from hpo.store._lease import MasterLease
-from hpo.store import _snapshot
 from hpo.store._snapshot import Mark, SnapshotJournal, save_journal_snapshot
 from hpo.store._study import StudyStore, open_storage
 
@@ -55,7 +55,9 @@ _RUN_DIR_FIX = "  fix: pass the directory `hpo run` created, e.g. runs/<study-na
 
 def _is_record(info: object) -> bool:
     """Whether ``info`` has what is read of a ``study.json`` (a damaged one may not)."""
-    spec = info.get("spec") if isinstance(info, dict) else None
+    if not isinstance(info, dict):
+        return False
+    spec = info.get("spec")
     return (isinstance(spec, dict) and isinstance(info.get("storage"), str)
             and isinstance(spec.get("name"), str) and isinstance(spec.get("space"), dict)
             and all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in _metric_list(spec)))
@@ -157,7 +159,7 @@ class RunDir:
         self.check(spec, storage, allow_changes)
         if not self.study_file.exists():
             self._make_private()
-            record = {"spec": spec, "storage": storage or JOURNAL_FILE}
+            record: dict[str, Any] = {"spec": spec, "storage": storage or JOURNAL_FILE}
             write_atomically(self.study_file, json.dumps(record, indent=2))
         elif allow_changes and (record := self.read())["spec"] != spec:
             record["earlier_specs"] = [*record.get("earlier_specs", []), record["spec"]]
@@ -328,12 +330,13 @@ def _run_dir_of(space: Path) -> str:
 
 
 def _get(spec: dict[str, Any], dotted: str) -> Any:
+    value: Any = spec
     for part in dotted.split("."):
-        if isinstance(spec, list):  # several objectives: each one's value
-            spec = [item.get(part) if isinstance(item, dict) else None for item in spec]
+        if isinstance(value, list):  # several objectives: each one's value
+            value = [item.get(part) if isinstance(item, dict) else None for item in value]
         else:
-            spec = spec.get(part) if isinstance(spec, dict) else None
-    return spec
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _space_change(before: Any, now: Any) -> str:

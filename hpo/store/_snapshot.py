@@ -22,8 +22,8 @@ import os
 import pickle
 import sys
 import zlib
-from pathlib import Path
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import optuna
@@ -33,7 +33,8 @@ from hpo.store._format import JournalSnapshot
 from hpo.store._journal import JournalFile
 
 __all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
-           "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT", "SNAPSHOT_EVERY"]
+           "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT",
+           "SNAPSHOT_EVERY"]
 
 STORE_SNAPSHOT = "snapshot"  # journal.log.snapshot: Optuna's replay result
 # Records a journal must have beyond its snapshot before the master writes a
@@ -203,6 +204,7 @@ def records_read(storage: optuna.storages.BaseStorage) -> tuple[int, int]:
     backend = getattr(storage, "_backend", None)
     if not isinstance(backend, SnapshotJournal):
         return 0, 0
+    assert isinstance(storage, optuna.storages.JournalStorage)  # what reads a SnapshotJournal
     total = storage._replay_result.log_number_read
     restored = backend.restored_from.records if backend.restored_from else 0
     return total, total - min(restored, total)
@@ -224,4 +226,6 @@ def save_journal_snapshot(storage: optuna.storages.BaseStorage, min_new_records:
     if total == 0 or replayed < max(min_new_records, 1):
         return False
     dump = replay_dump(storage)
-    return dump is not None and write_snapshot(storage._backend._path, STORE_SNAPSHOT, *dump)
+    backend = storage._backend
+    assert isinstance(backend, SnapshotJournal)  # records_read() counted none otherwise
+    return dump is not None and write_snapshot(backend.path, STORE_SNAPSHOT, *dump)

@@ -22,9 +22,19 @@ from hpo.store._format import trial_creation
 from hpo.store._journal import JournalFile
 from hpo.store._protocol import split_relay
 from hpo.store.records import (
-    CONTENDER_ATTR, ENDED_BY_ATTR, RESIZE_ATTR, HEARTBEAT_ATTR, RUN_ATTR, STOP_ATTR, ErrorRecord, RunRecord, TrialStatus,
+    CONTENDER_ATTR,
+    ENDED_BY_ATTR,
+    HEARTBEAT_ATTR,
+    RESIZE_ATTR,
+    RUN_ATTR,
+    STOP_ATTR,
+    ErrorRecord,
+    RunRecord,
+    TrialStatus,
+    event_key,
+    event_record,
+    run_of,
     study_decisions,
-    event_key, event_record, run_of,
 )
 
 __all__ = ["StudyStore", "open_storage"]
@@ -61,7 +71,7 @@ class StudyStore:
         self.study_id = storage.get_study_id_from_name(name)  # KeyError: no such study
 
     @classmethod
-    def of(cls, study: optuna.Study) -> "StudyStore":
+    def of(cls, study: optuna.Study) -> StudyStore:
         """The store behind an Optuna study object."""
         return cls(study._storage, study.study_name)
 

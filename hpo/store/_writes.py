@@ -18,7 +18,13 @@ import optuna
 
 from hpo.store._format import intermediate_value, trial_state, trial_system_attr
 from hpo.store.records import (
-    HEARTBEAT_ATTR, PROFILE_ATTR, REPORT_ATTR, RUN_ATTR, SEGMENT_ATTR, EVENT_ATTR, TrialStatus,
+    EVENT_ATTR,
+    HEARTBEAT_ATTR,
+    PROFILE_ATTR,
+    REPORT_ATTR,
+    RUN_ATTR,
+    SEGMENT_ATTR,
+    TrialStatus,
     report_key,
 )
 

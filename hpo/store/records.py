@@ -91,18 +91,20 @@ import enum
 import math
 import time
 from collections.abc import Iterable
-from itertools import chain
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple, TypedDict
+from itertools import chain
+from typing import Any, NamedTuple, TypedDict, cast
 
 import optuna
 
 __all__ = [
-    "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR", "ENDED_BY_ATTR",
+    "RUN_ATTR", "PROFILE_ATTR", "ALLOCATION_ATTR", "REPORT_ATTR", "SEGMENT_ATTR", "EVENT_ATTR", "HEARTBEAT_ATTR",
+    "ENDED_BY_ATTR",
     "CONTENDER_ATTR", "RESIZE_ATTR", "STUDY_DECISIONS", "study_decisions", "UNFINISHED_STATES",
     "STOP_ATTR", "EVENT_KINDS", "TrialStatus", "ErrorRecord", "AttemptRecord", "RunRecord",
     "SegmentRecord", "EventRecord", "EndedBy", "TrialAttrs", "Cost", "StudyCost",
-    "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done", "last_sign_of_life",
+    "attr_of", "profiles_of", "allocations_of", "grouped_attrs", "run_of", "status_of", "best_reported", "task_done",
+    "last_sign_of_life",
     "start_run", "end_run", "segment_record", "event_record", "event_key", "report_key",
     "segment_key", "cost_of", "study_cost", "RETRIED", "status_from", "sign_of_life",
     "attempt_open", "begin_attempt", "TrialContext", "context_of",
@@ -173,7 +175,7 @@ class TrialStatus(str, enum.Enum):
         return _STORED_AS[self]
 
     @classmethod
-    def of(cls, trial: optuna.trial.FrozenTrial) -> "TrialStatus":
+    def of(cls, trial: optuna.trial.FrozenTrial) -> TrialStatus:
         """The status of a stored trial (same as :func:`status_of`)."""
         return status_of(trial)
 
@@ -197,19 +199,20 @@ class ErrorRecord(TypedDict, total=False):
     type: str  # the exception's class, or TimeLimit, Lost, BadReturnValue, EngineError...
     message: str
     traceback: str
-    errno: int  # an OSError's: ENOSPC, EDQUOT, EROFS are the machine's fault (given up)
+    errno: int | None  # an OSError's: ENOSPC, EDQUOT, EROFS are the machine's fault (given up)
     filename: str
     staging: dict[str, str]  # hpo.data.StagingError.record(): the node could not stage (given up)
 
 
 class AttemptRecord(TypedDict, total=False):
-    """What is kept of an earlier attempt (failed and retried, or lost)."""
+    """What is kept of an earlier attempt (failed and retried, or lost); None
+    where its run record did not say."""
 
-    attempt: int
-    host: str
-    pid: int
+    attempt: int | None
+    host: str | None
+    pid: int | None
     in_master: bool  # it ran inside the master's process (the inline engine)
-    started_at: float  # this attempt's start
+    started_at: float | None  # this attempt's start
     ended_at: float | None  # its end, or when it was last seen alive
     error: ErrorRecord | None
     core_seconds: float  # what this attempt cost
@@ -235,6 +238,14 @@ class RunRecord(TypedDict, total=False):
     gpu_seconds: float
     cpus: int
     gpus: list[str]  # the assigned GPU ids
+    # Its shape, where it has GPUs or several nodes (hpo.trial.where): GPUs
+    # (a share of one below 1) on each of its nodes, its nodes' hosts, its
+    # share of each GPU and the relative speed of its slowest one.
+    gpu_count: float
+    nodes: int
+    hosts: list[str] | None
+    gpu_share: float
+    device_speed: float | None
     binded_cpus: str | None  # the cores it was pinned to ("0,1"), by COMPSs or by hpo
     threads: int  # the size its thread pools were limited to (OpenMP, BLAS, TensorFlow)
     tensorflow_threads: int | None  # TensorFlow's intra-op pool, where the objective loaded it
@@ -317,7 +328,10 @@ def attr_of(trial: optuna.trial.FrozenTrial, key: str, default: Any = None) -> A
 
 def grouped_attrs(trial: optuna.trial.FrozenTrial) -> TrialAttrs:
     """One pass over a trial's attributes (it runs for every trial of a study)."""
-    reports, events, segments = [], [], []
+    # The stored values, taken to be the records they were written as.
+    reports: list[tuple[int, Any]] = []
+    events: list[tuple[str, Any]] = []
+    segments: list[tuple[str, Any]] = []
     for key, value in chain(trial.user_attrs.items(), trial.system_attrs.items()):
         if not key.startswith("hpo:") or not isinstance(value, dict):
             continue
@@ -347,7 +361,8 @@ def allocations_of(trial: optuna.trial.FrozenTrial) -> list[dict[str, Any]]:
 
 def run_of(trial: optuna.trial.FrozenTrial) -> RunRecord:
     """The trial's run record ({} before a worker started it)."""
-    return attr_of(trial, RUN_ATTR) or {}
+    run: RunRecord | None = attr_of(trial, RUN_ATTR)
+    return run or {}
 
 
 def status_of(trial: optuna.trial.FrozenTrial) -> TrialStatus:
@@ -438,15 +453,16 @@ def start_run(previous: RunRecord, where: dict[str, Any], now: float, gpus: floa
     or a new attempt (the first, a retry, or one after ``previous`` was lost,
     last seen alive at ``last_seen``). ``where`` holds host, pid, cpus and the
     GPU ids; ``gpus`` is how many GPUs a trial holds (what its time costs)."""
+    placed = cast(RunRecord, where)  # run record fields
     segment = previous.get("segment", -1) + 1
     if previous.get("suspended"):
-        return {**previous, **where, "segment_started_at": now, "suspended": False,
+        return {**previous, **placed, "segment_started_at": now, "suspended": False,
                 "segment": segment}
     if previous and last_seen is not None:  # lost: charge it up to its last sign of life
         busy = max(last_seen - previous.get("segment_started_at", last_seen), 0.0)
         previous = _charged(previous, busy, last_seen, gpus)
     history = [*previous.get("previous", []), *([_brief(previous)] if previous else [])]
-    return {**where, "attempt": len(history) + 1, "started_at": previous.get("started_at", now),
+    return {**placed, "attempt": len(history) + 1, "started_at": previous.get("started_at", now),
             "attempt_started_at": now, "segment_started_at": now, "segment": segment,
             "previous": history, "duration_s": previous.get("duration_s", 0.0),
             "core_seconds": previous.get("core_seconds", 0.0),
@@ -478,7 +494,7 @@ def end_run(run: RunRecord, now: float, gpus: float, *, metrics: dict[str, float
     """``run`` with this task's busy time and cost added, and how it ended;
     ``binding`` holds the ``binded_cpus``/``threads`` it ran with, where known."""
     busy = now - run["segment_started_at"]
-    return {**_charged(run, busy, now, gpus), **(binding or {}), "metrics": metrics,
+    return {**_charged(run, busy, now, gpus), **cast(RunRecord, binding or {}), "metrics": metrics,
             "error": error, "stop_reason": stop_reason, "timed_out": timed_out,
             "suspended": suspended}
 
@@ -505,7 +521,8 @@ def segment_record(run: RunRecord, steps: tuple[int, int] | None, outcome: Trial
     first, last = steps or (None, None)
     return {"index": run["segment"], "host": run["host"], "pid": run["pid"],
             "worker": f"{run['host']}:{run['pid']}", "started_at": run["segment_started_at"],
-            "ended_at": run["ended_at"], "first_step": first, "last_step": last,
+            "ended_at": cast(float, run["ended_at"]),  # set: the run has ended (end_run)
+            "first_step": first, "last_step": last,
             "outcome": outcome.value}
 
 
@@ -539,7 +556,7 @@ class Cost:
     cpus: int = 1
     gpus: int = 0
 
-    def at(self, now: float | None) -> "Cost":
+    def at(self, now: float | None) -> Cost:
         """The cost up to ``now``, the running segment included."""
         if self.running_since is None or now is None:
             return self

@@ -15,19 +15,27 @@
 """
 
 from hpo.store.records import TrialStatus
-from hpo.trial._clock import Clock, RealClock, now, using_clock
 from hpo.trial._attempt import TaskInterrupted
+from hpo.trial._clock import Clock, RealClock, now, using_clock
 from hpo.trial._ending import ended_the_interpreter
 from hpo.trial._handle import Trial
 from hpo.trial._local_stop import request_suspend, stop_grace_s, suspend_requested
 from hpo.trial._log import LOG_NAME, log_path
 from hpo.trial._objective import (
-    Objective, objective_path, preflight, reference_of, resolve_objective,
+    Objective,
+    objective_path,
+    preflight,
+    reference_of,
+    resolve_objective,
+)
+from hpo.trial._pulse import (
+    SILENT_HEARTBEATS,
+    fell_silent,
+    heartbeat_s,
+    note_awake,
+    silence_s,
 )
 from hpo.trial._quantum import QuantumRule, convergence, milestones_passed, representative_loss
-from hpo.trial._pulse import (
-    SILENT_HEARTBEATS, fell_silent, heartbeat_s, note_awake, silence_s,
-)
 from hpo.trial._run import open_trial, run_trial
 from hpo.trial._task import TrialOutcome, TrialTask
 

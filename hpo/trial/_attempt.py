@@ -12,6 +12,7 @@ import math
 import os
 import sys
 import traceback
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 
 from hpo.data import StagedData, StagingError
 from hpo.store import Halted, TrialContext, TrialLink
-from hpo.store.records import TrialStatus
+from hpo.store.records import ErrorRecord, TrialStatus
 from hpo.trial._cpus import CpuBinding, bind_cpus
 from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
@@ -40,7 +41,7 @@ class AttemptResult:
     """What happened when the objective ran."""
 
     returned: Any = None
-    error: dict[str, str] | None = None
+    error: ErrorRecord | None = None
     stop_reason: str | None = None
     timed_out: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
@@ -130,7 +131,7 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
             }
             if isinstance(exc, OSError) and exc.errno is not None:
                 # A full disk is the machine's fault, not the trial's (hpo.trial._run).
-                result.error.update(errno=exc.errno, filename=str(exc.filename or task.checkpoint_dir))
+                result.error.update({"errno": exc.errno, "filename": str(exc.filename or task.checkpoint_dir)})
             log.write(result.error["traceback"])
     if trial.staging_fault is not None and result.error is not None:
         # The objective failed after its data could not be staged (whatever it
@@ -141,6 +142,7 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
         trial._record_profile()  # a trial shorter than its profile: on what it ran
     result.metrics = _last_metrics(trial, result.returned)
     side = trial._link
+    assert side is not None  # trial_for gave the trial its store side
     if side.quantum:
         result.quantum = side.quantum.record()
     result.halted = side.halted
@@ -154,7 +156,7 @@ def _told_if_it_ends_the_master(task: TrialTask, log: TextIO) -> AbstractContext
     return guarding_the_master(log) if task.in_master and not task.isolate else nullcontext()
 
 
-def staging_record(fault: StagingError) -> dict[str, Any]:
+def staging_record(fault: StagingError) -> ErrorRecord:
     """The error record of an attempt whose data could not be staged: its
     ``staging`` entry tells the master to stop, not to fail the trial."""
     return {"type": type(fault).__name__, "message": str(fault), "errno": fault.errno,
@@ -240,8 +242,9 @@ def _compss_hosts() -> list[str] | None:
 
 
 def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
-           segments: list[dict[str, Any]]) -> QuantumClock:
+           segments: Sequence[Mapping[str, Any]]) -> QuantumClock:
     """The quantum clock of a task, from the trial's earlier reports and segments."""
+    assert task.quantum is not None  # only a time-shared task has a clock
     sign = -1.0 if task.direction == "maximize" else 1.0
     last = segments[-1] if segments else {}
     return QuantumClock(

@@ -20,7 +20,7 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -90,7 +90,7 @@ def _exit(status: int) -> NoReturn:
     _real_exit(status)
 
 
-def ended_the_interpreter(run: dict[str, Any]) -> str | None:
+def ended_the_interpreter(run: Mapping[str, Any]) -> str | None:
     """How the attempt of the run record ``run`` ended the master's process
     by its objective's own hand, as its log says; None when it did not say
     (killed from outside, or it did not run inside the master)."""

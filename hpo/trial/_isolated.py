@@ -21,8 +21,8 @@ from pathlib import Path
 from hpo.store import TrialContext
 from hpo.trial._attempt import AttemptResult, TaskInterrupted, runtime_interruptions
 from hpo.trial._cpus import thread_environment
-from hpo.trial._objective import pythonpath
 from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
+from hpo.trial._objective import pythonpath
 from hpo.trial._reaper import descendants, end_processes
 from hpo.trial._task import TrialTask, device_environment
 

@@ -104,11 +104,11 @@ class _Pulse:
     """The one thread of a process that writes the heartbeats of the attempts
     it runs (a thread per trial cost each trial its start-up)."""
 
-    _here: "_Pulse | None" = None
+    _here: _Pulse | None = None
     _making = threading.Lock()
 
     @classmethod
-    def here(cls) -> "_Pulse":
+    def here(cls) -> _Pulse:
         with cls._making:
             if cls._here is None or cls._here._pid != os.getpid():  # a forked child starts its own
                 cls._here = cls()

@@ -32,7 +32,7 @@ class QuantumRule:
     maximize: bool = False
 
     @classmethod
-    def of(cls, scheduling, maximize: bool) -> "QuantumRule":
+    def of(cls, scheduling, maximize: bool) -> QuantumRule:
         """The rule of a space's ``scheduling`` section."""
         return cls(steps=scheduling.segment_steps, seconds=scheduling.quantum_s,
                    growth=scheduling.quantum_growth,
@@ -52,6 +52,7 @@ class QuantumRule:
         doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
         if self.steps is not None:
             return self.steps * doubled, None
+        assert self.seconds is not None  # a rule has steps or seconds
         seconds = self.seconds * (1 + self.growth * preemptions) * doubled
         return None, max(seconds, checkpoint_s / self.max_checkpoint_share)
 
@@ -144,7 +145,7 @@ class QuantumClock:
         steps, seconds = self.rule.length(self.preemptions, self.history, self._checkpoint_cost())
         if steps is not None:
             return len(self._losses) >= steps
-        return now() - self._started >= seconds
+        return seconds is not None and now() - self._started >= seconds  # length(): steps or seconds
 
     def end(self, contender: Callable[[], float | None]) -> str | None:
         """End the quantum: the reason to yield the slot, or None to keep it."""

@@ -23,11 +23,24 @@ from typing import Any
 
 from hpo.store import MACHINE_FAULTS, Halted, TrialContext, TrialLink
 from hpo.store.records import (
-    RUN_ATTR, RunRecord, TrialStatus, end_run, event_key, event_record, segment_key,
-    segment_record, start_run,
+    RUN_ATTR,
+    RunRecord,
+    TrialStatus,
+    end_run,
+    event_key,
+    event_record,
+    segment_key,
+    segment_record,
+    start_run,
 )
 from hpo.trial._attempt import (
-    AttemptResult, TaskInterrupted, checkpoint_files, classify, run_here, size_of, trial_for,
+    AttemptResult,
+    TaskInterrupted,
+    checkpoint_files,
+    classify,
+    run_here,
+    size_of,
+    trial_for,
 )
 from hpo.trial._handle import Trial
 from hpo.trial._isolated import run_isolated
@@ -84,6 +97,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
             # The disk filled up under the objective, or its node could not
             # stage its data: not the trial's failure. It is given up, to
             # resume from its checkpoint on the next run.
+            assert result.error is not None
             _give_up(link, task, _end_record(run, result, task, suspended=False),
                      f"{result.error['type']}: {result.error['message']} (the machine's fault: "
                      "resumed from its checkpoint)")
@@ -92,6 +106,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
         if state is TrialStatus.FAILED and _interrupted(link):
             # It failed while the study was being stopped (Ctrl-C: a closed
             # pipe, a killed helper process): never the trial's failure.
+            assert result.error is not None  # FAILED: classify() keeps why
             _give_up(link, task, _end_record(run, result, task, suspended=False),
                      f"{result.error['type']}: {result.error['message']} (while the study was "
                      "stopping: resumed from its checkpoint on the next run)")
@@ -197,7 +212,7 @@ def _retry(link: TrialLink, task: TrialTask, run: RunRecord, result: AttemptResu
     link.event(event_key(time.time_ns(), place["pid"]), event_record(
         "retried", None, f"attempt {run['attempt']} on {run['host']} failed ({error.get('type')}: "
         f"{error.get('message')}); retrying from its checkpoint", place["host"]))
-    following = {**start_run(ended, place, time.time(), gpu_total(task)), "token": link.token}
+    following: RunRecord = {**start_run(ended, place, time.time(), gpu_total(task)), "token": link.token}
     link.note(RUN_ATTR, following)
     return following
 

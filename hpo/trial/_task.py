@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from hpo.store import RunDir, TrialContext, context_of
 from hpo.store.records import TrialStatus
-from hpo.trial._quantum import QuantumRule
 from hpo.trial._ending import log_start
 from hpo.trial._objective import Objective, objective_path
 from hpo.trial._pulse import heartbeat_s as period_here
+from hpo.trial._quantum import QuantumRule
 
 if TYPE_CHECKING:
     from hpo.allocation import Placement, TrialShape
@@ -88,7 +88,7 @@ class TrialTask:
     # ends that process twice is failed, not run a third time.
     in_master: bool = False
     # The study's data section: what trial.data_path stages on the node.
-    data: "DataSection | None" = None
+    data: DataSection | None = None
     # Folders the objective module is imported from first (objective_path:
     # the space file's folder and the master's current directory).
     pythonpath: tuple[str, ...] = ()
@@ -97,12 +97,12 @@ class TrialTask:
     heartbeat_s: float = field(default_factory=period_here)
 
     @classmethod
-    def for_trial(cls, spec: "StudySpec", run_dir: RunDir, storage: str, number: int,
+    def for_trial(cls, spec: StudySpec, run_dir: RunDir, storage: str, number: int,
                   trial_id: int, params: dict[str, Any], *, quantum: QuantumRule | None = None,
                   after_segment: int = -1, objective: str | Objective | None = None,
-                  shape: "TrialShape | None" = None, placement: "Placement | None" = None,
+                  shape: TrialShape | None = None, placement: Placement | None = None,
                   profile_batches: int = 0, resizable: bool = False,
-                  context: TrialContext | None = None, master: str | None = None) -> "TrialTask":
+                  context: TrialContext | None = None, master: str | None = None) -> TrialTask:
         """The task of trial ``number`` of the study ``spec`` (``objective``
         replaces the space's when given), of ``shape`` (default: the one its
         configuration asks for), on ``placement`` when the master chose it;
