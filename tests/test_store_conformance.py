@@ -65,7 +65,7 @@ class TestJournalRelay(StoreConformance):
     @pytest.fixture
     def kit(self):
         kit = JournalKit()
-        kit.reports = 2000
+        kit.reports = 800  # group commits under load
         return kit
 
 
