@@ -1,6 +1,7 @@
 # make demo: quick-start study (digits, Keras, Dask) in a fresh virtual environment.
 # make test: the whole test suite.
 # make lint: ruff (lint and import order) and mypy on hpo/, dashboards/ and launchers/.
+# make test-optuna-floor: the store's tests on the lowest Optuna pyproject.toml allows.
 # make docs: the documentation site in site/ (mkdocs build --strict: broken links fail).
 # Only Python 3.11+, pip and apt are assumed; everything else installs here.
 
@@ -14,8 +15,15 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 # 2.13.0+cpu from a local wheel folder where one is configured (find-links);
 # elsewhere: make TORCH="torch --index-url https://download.pytorch.org/whl/cpu"
 TORCH ?= torch==2.13.0
+# The lowest Optuna pyproject.toml allows, and the tests that read and write
+# stores through it: the journal's format and files, the stores' conformance
+# (journal, SQLite, PostgreSQL), the relay (about 3 minutes).
+OPTUNA_FLOOR ?= 4.3.0
+FLOOR_DIR    := $(CURDIR)/.optuna-floor
+FLOOR_TESTS  ?= tests/test_journal_format.py tests/test_journal.py tests/test_store.py \
+                tests/test_records.py tests/test_store_conformance.py tests/test_store_relay.py
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test lint test-optuna-floor bench docs clean
 
 $(VENV)/.installed: pyproject.toml
 	@echo "make: creating $(VENV) and installing hpo with TensorFlow, PyTorch, Dask, Optuna and Dash"
@@ -37,6 +45,14 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check hpo dashboards launchers
 	$(PY) -m mypy
 
+# Optuna alone, beside the environment (its dependencies are the environment's):
+# the environment keeps the highest Optuna allowed, this run the lowest.
+test-optuna-floor: $(VENV)/.installed
+	rm -rf $(FLOOR_DIR)
+	$(PY) -m pip install --quiet --no-deps --target $(FLOOR_DIR) optuna==$(OPTUNA_FLOOR)
+	PYTHONPATH=$(FLOOR_DIR) $(PY) -c "import optuna; assert optuna.__version__ == '$(OPTUNA_FLOOR)', optuna.__version__"
+	PYTHONPATH=$(FLOOR_DIR) $(PY) -m pytest -q $(FLOOR_TESTS)
+
 docs: $(VENV)/.installed
 	$(PY) docs/gen_cli.py
 	$(PY) -m mkdocs build --strict
@@ -45,4 +61,4 @@ bench: $(VENV)/.installed
 	$(PY) bench/overhead.py
 
 clean:
-	rm -rf runs test-artifacts .pytest_cache site .mypy_cache .ruff_cache
+	rm -rf runs test-artifacts .pytest_cache site .optuna-floor .mypy_cache .ruff_cache
