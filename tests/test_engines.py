@@ -109,7 +109,7 @@ class TestCompss(EngineConformance):
 
     # The runtime keeps such a task Blocked for ever (as the double does) and
     # tells the application nothing of its workers' resources: the study waits.
-    @pytest.mark.timeout(30)
+    @pytest.mark.timeout(10)
     @pytest.mark.xfail(strict=True, reason="COMPSs gives the application no view of its "
                        "workers' resources to refuse a trial against")
     def test_resources_no_worker_offers_are_refused_before_anything_starts(self, kit, tmp_path):
