@@ -250,7 +250,8 @@ class StoreReader:
     def _save_views(self, snap: Snapshot) -> bool:
         from hpo.dashboards import view_cache  # it builds on TrialView, defined here
 
-        assert self._journal is not None and self._store is not None  # _views_due() said so
+        if not (self._journal is not None and self._store is not None):
+            raise RuntimeError("hpo internal error: _views_due() said so")
 
         if view_cache.save(self._journal, self._store, list(snap.trials)):
             self._views_at = records_read(self._store.storage)[0]
@@ -260,7 +261,8 @@ class StoreReader:
     def _views_due(self) -> bool:
         """Whether many records came after the views snapshot (geometrically
         more as the study grows, so that writing stays in proportion)."""
-        assert self._store is not None  # a snapshot was read
+        if not (self._store is not None):
+            raise RuntimeError("hpo internal error: a snapshot was read")
         total, _ = records_read(self._store.storage)
         return self._write_views and total - self._views_at >= max(VIEWS_EVERY, self._views_at // 2)
 
@@ -272,7 +274,8 @@ class StoreReader:
 
     def _read(self) -> Snapshot:
         store = self._store
-        assert store is not None  # opened first (snapshot(), write_views_snapshot())
+        if not (store is not None):
+            raise RuntimeError("hpo internal error: opened first (snapshot(), write_views_snapshot())")
         # A trial's number is its place in the study; a placeholder stands for
         # a finished trial whose view came with the views snapshot.
         views = [self._finished[n] if is_placeholder(t) else self._view(t)

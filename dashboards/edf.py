@@ -66,7 +66,8 @@ def edf(snap: Snapshot) -> go.Figure:
 
 def _value(trial: TrialView, objective: int) -> float:
     value = (trial.values if trial.values else [trial.value])[objective]
-    assert value is not None  # a completed trial has its values
+    if not (value is not None):
+        raise RuntimeError("hpo internal error: a completed trial has its values")
     return value
 
 

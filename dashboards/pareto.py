@@ -26,7 +26,8 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
         return message_figure("Pareto front", "A single-objective study has no Pareto front.")
     names = [name for name, _ in snap.objectives]
     chosen = pair(names, x, y)
-    assert chosen is not None  # two objectives at least
+    if not (chosen is not None):
+        raise RuntimeError("hpo internal error: two objectives at least")
     i, j = (names.index(n) for n in chosen)
     (x_name, x_dir), (y_name, y_dir) = snap.objectives[i], snap.objectives[j]
     title = f"Pareto front: {plain(x_name)} ({x_dir}) against {plain(y_name)} ({y_dir})"
@@ -47,7 +48,8 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
 
 
 def _values(trial: TrialView) -> list[float]:
-    assert trial.values is not None  # a completed trial of a multi-objective study has them
+    if not (trial.values is not None):
+        raise RuntimeError("hpo internal error: a completed trial of a multi-objective study has them")
     return trial.values
 
 

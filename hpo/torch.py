@@ -76,7 +76,8 @@ def rng_states() -> dict[str, Any]:
     """Every random state a training loop draws from (Python, NumPy, torch's
     CPU generator and each CUDA device's)."""
     state = np.random.get_state()
-    assert isinstance(state, tuple)  # the legacy global generator's (MT19937) state
+    if not (isinstance(state, tuple)):
+        raise RuntimeError("hpo internal error: the legacy global generator's (MT19937) state")
     name, keys, position, has_gauss, cached = state
     # Plain numbers and tensors: torch's weights-only loader (Lightning's too) accepts them.
     states: dict[str, Any] = {"python": random.getstate(),

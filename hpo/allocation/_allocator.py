@@ -142,7 +142,8 @@ class Allocator:
         shape = candidate.shape
         if not limit or not shape.gpus:
             return True
-        assert self.oracle is not None  # asked by _add() with a cost model only
+        if not (self.oracle is not None):
+            raise RuntimeError("hpo internal error: asked by _add() with a cost model only")
         need = self.oracle.memory_gb(candidate.config, max(int(shape.gpus), 1))
         room = limit * (shape.gpus if shape.shared else 1.0)
         if need <= room:
@@ -202,7 +203,8 @@ class Allocator:
         """A one-GPU trial's measured rate against the model's at speed 1 says
         how fast its GPU is: the estimate moves halfway there."""
         # finished() asks with a placement (the planner's inventory gave it) and a cost model.
-        assert start.placement is not None and self.oracle is not None and self.planner.inventory is not None
+        if not (start.placement is not None and self.oracle is not None and self.planner.inventory is not None):
+            raise RuntimeError("hpo internal error: finished() without a placement or a cost model")
         if start.shape.gpus != 1 or len(start.placement.devices) != 1:
             return
         profile = profiles_of(trial).get(1.0)

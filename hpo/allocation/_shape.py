@@ -139,7 +139,8 @@ def _evaluate(node: ast.AST, config: Mapping[str, Any]) -> Any:
         return _BINARY[type(node.op)](_evaluate(node.left, config), _evaluate(node.right, config))
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_evaluate(node.operand, config))
-    assert isinstance(node, ast.Call) and isinstance(node.func, ast.Name)  # what _check_tree lets through
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        raise RuntimeError("hpo internal error: what _check_tree lets through")
     return _FUNCTIONS[node.func.id](*(_evaluate(arg, config) for arg in node.args))
 
 

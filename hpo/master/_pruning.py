@@ -254,7 +254,8 @@ class HyperbandPruning(_Pruning):
             if self._longest_completed is None:
                 return False
             max_resource = self._longest_completed + 1
-        assert not isinstance(max_resource, str)  # "auto" is the only word
+        if not (not isinstance(max_resource, str)):
+            raise RuntimeError("hpo internal error: \"auto\" is the only word")
         count = math.floor(math.log(max_resource / self.min_resource, self.reduction_factor)) + 1
         for bracket in range(count):
             s = count - 1 - bracket

@@ -49,7 +49,8 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         return self._distributions
 
     def sample_relative(self, study, trial, search_space):
-        assert self.propose is not None  # a Searcher proposes through it
+        if not (self.propose is not None):
+            raise RuntimeError("hpo internal error: a Searcher proposes through it")
         return self.propose(study, trial)
 
     def sample_independent(self, study, trial, param_name, param_distribution):
@@ -140,7 +141,8 @@ def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> 
     if isinstance(distribution, IntDistribution):
         return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step,
                                  log=distribution.log)
-    assert isinstance(distribution, FloatDistribution)  # hpo's parameters have these three kinds
+    if not (isinstance(distribution, FloatDistribution)):
+        raise RuntimeError("hpo internal error: hpo's parameters have these three kinds")
     return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step,
                                log=distribution.log)
 

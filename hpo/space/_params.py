@@ -405,7 +405,8 @@ class FloatParam(Param):
 
     def _steps(self) -> float:
         """Steps from low to high, as a float: inf when ``high - low`` overflows."""
-        assert self.step is not None  # asked of a stepped range only
+        if not (self.step is not None):
+            raise RuntimeError("hpo internal error: asked of a stepped range only")
         return (self.high - self.low) / self.step * (1 + 1e-9)
 
     def grid_values(self) -> Sequence[float]:
@@ -421,7 +422,8 @@ class FloatParam(Param):
         )
 
     def _spaced(self, k: int) -> float:
-        assert self.num is not None  # the points of a range with "num" only
+        if not (self.num is not None):
+            raise RuntimeError("hpo internal error: the points of a range with \"num\" only")
         if k == self.num - 1:
             return self.high  # exact, whatever the rounding on the way
         t = k / (self.num - 1)

@@ -707,7 +707,8 @@ def _shape_samples(resources: Resources, params: dict[str, Param]) -> list[dict[
 def _values_of(param: Param) -> list[Any]:
     if param.is_finite:
         return list(param.grid_values())
-    assert isinstance(param, (IntParam, FloatParam))  # only a range can be infinite
+    if not (isinstance(param, (IntParam, FloatParam))):
+        raise RuntimeError("hpo internal error: only a range can be infinite")
     return [param.low, (param.low + param.high) / 2, param.high]
 
 
@@ -819,7 +820,8 @@ def _objective(value: object, at: Loc) -> str:
     module, colon, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not (colon and function.isidentifier() and all(part.isidentifier() for part in module.split("."))):
         at.expected('"package.module:function"', value, f'e.g. "objective": "{DEFAULT_OBJECTIVE}"')
-    assert isinstance(value, str)  # anything else has no colon: refused above
+    if not (isinstance(value, str)):
+        raise RuntimeError("hpo internal error: anything else has no colon: refused above")
     return value
 
 

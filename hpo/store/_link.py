@@ -346,9 +346,11 @@ class TrialLink:
         """This process's connection to the relay (found once per process)."""
         pid = os.getpid()
         if self._pid != pid:
-            assert self.address is not None  # asked only of a link with a relay
+            if not (self.address is not None):
+                raise RuntimeError("hpo internal error: asked only of a link with a relay")
             self._relay, self._pid = RelayConnection.to(self.address), pid
-        assert self._relay is not None
+        if not (self._relay is not None):
+            raise RuntimeError("hpo internal error: self._relay is not None")
         return self._relay
 
     def _answered(self, answer: dict[str, Any]) -> dict[str, Any]:
@@ -428,7 +430,8 @@ class _DirectSink:
                 return _current(journal_epoch(path), master) and (fence is None or fence.current())
 
             return self._journal.append_direct(data, allowed)
-        assert self._storage is not None  # a database's sink
+        if not (self._storage is not None):
+            raise RuntimeError("hpo internal error: a database's sink")
         if not _current_in_database(self._storage, master):
             return False
         apply_writes(self._storage, writes)

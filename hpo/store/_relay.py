@@ -292,7 +292,8 @@ class StudyRelay:
         too small, direct appends not followed yet)."""
         if self._journal is None:
             return False
-        assert isinstance(self.storage, optuna.storages.JournalStorage)  # a journal's replica
+        if not (isinstance(self.storage, optuna.storages.JournalStorage)):
+            raise RuntimeError("hpo internal error: a journal's replica")
         mark, payload = replica_dump(self.storage, lambda: self._feed.consumed)
         earlier = read_snapshot(self._journal.path, STORE_SNAPSHOT)
         if mark.records - (earlier[0].records if earlier else 0) < snapshot_module.SNAPSHOT_EVERY:
@@ -628,7 +629,8 @@ class StudyRelay:
         if not self.epoch:
             return
         if self._journal is None:
-            assert self._study_id is not None  # claim() took an epoch for it
+            if not (self._study_id is not None):
+                raise RuntimeError("hpo internal error: claim() took an epoch for it")
             self._see_epoch(self.storage.get_study_system_attrs(self._study_id).get(EPOCH_ATTR))
             return
         path = self._journal.path + EPOCH_SUFFIX
@@ -655,13 +657,15 @@ class StudyRelay:
         """Before an epoch this master takes is written to the journal: refuse
         it if another master took a later one meanwhile, and name it in the
         file beside the journal (what writers around the relay read)."""
-        assert self._journal is not None  # an epoch goes into a journal's records
+        if not (self._journal is not None):
+            raise RuntimeError("hpo internal error: an epoch goes into a journal's records")
         for record in records:
             claimed = in_journal_record(record)
             if claimed is None:
                 continue
             if epoch_of(self._store_epoch) >= epoch_of(claimed) and self._store_epoch != claimed:
-                assert self._store_epoch is not None  # this master's claims are epochs from 1
+                if not (self._store_epoch is not None):
+                    raise RuntimeError("hpo internal error: this master's claims are epochs from 1")
                 raise taken_over(self._journal.path, self._store_epoch, epoch_of(claimed))
             self._check_lease_for_claim()  # again, under the journal's lock
             write_epoch_file(self._journal.path, claimed)
@@ -716,7 +720,8 @@ class StudyRelay:
     def _take_foreign(self) -> None:
         """Follow what other processes appended to the journal directly."""
         self._looked = time.monotonic()
-        assert self._journal is not None  # a database has no direct appends to follow
+        if not (self._journal is not None):
+            raise RuntimeError("hpo internal error: a database has no direct appends to follow")
         try:
             size = os.stat(self._journal.path).st_size
         except FileNotFoundError:
@@ -789,7 +794,8 @@ class _Feed(BaseJournalBackend):
             return iter(fed)
 
     def _read_file(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        assert self._from_file is not None  # read_logs() reads the file until take_over()
+        if not (self._from_file is not None):
+            raise RuntimeError("hpo internal error: read_logs() reads the file until take_over()")
         for record in self._journal.read_logs(log_number_from):
             self._ledger.apply(record)
             self._from_file += 1
@@ -802,7 +808,8 @@ class _Feed(BaseJournalBackend):
 
     def take_over(self) -> int:
         """From now on the relay feeds the replica; the byte offset it goes on from."""
-        assert self._from_file is not None  # taken over once
+        if not (self._from_file is not None):
+            raise RuntimeError("hpo internal error: taken over once")
         self._first, self._from_file = self._from_file, None
         self._fed_end = self._journal.read_to
         self.consumed = Mark(self._first, self._fed_end)

@@ -142,7 +142,8 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
         trial._record_profile()  # a trial shorter than its profile: on what it ran
     result.metrics = _last_metrics(trial, result.returned)
     side = trial._link
-    assert side is not None  # trial_for gave the trial its store side
+    if not (side is not None):
+        raise RuntimeError("hpo internal error: trial_for gave the trial its store side")
     if side.quantum:
         result.quantum = side.quantum.record()
     result.halted = side.halted
@@ -244,7 +245,8 @@ def _compss_hosts() -> list[str] | None:
 def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
            segments: Sequence[Mapping[str, Any]]) -> QuantumClock:
     """The quantum clock of a task, from the trial's earlier reports and segments."""
-    assert task.quantum is not None  # only a time-shared task has a clock
+    if not (task.quantum is not None):
+        raise RuntimeError("hpo internal error: only a time-shared task has a clock")
     sign = -1.0 if task.direction == "maximize" else 1.0
     last = segments[-1] if segments else {}
     return QuantumClock(
