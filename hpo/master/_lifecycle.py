@@ -310,11 +310,10 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
         print(f"\nhpo: {signal_name}: letting {trials} checkpoint "
               f"(up to {grace:g} s){again}", file=sys.stderr, flush=True)
     deadline = time.monotonic() + grace
-    ended: list[int] = []
+    stopped = [flight.trial_id for flight in flights.values()]  # however each ends below
     try:
         while flights and time.monotonic() < deadline:
             for number in finished(engine, flights, 0.2):
-                ended.append(flights[number].trial_id)
                 _release(engine, flights.pop(number).handle)  # a draining worker waits for that
             for number in _gone(store, flights):  # nothing left to checkpoint: no wait
                 flight = flights.pop(number)
@@ -325,7 +324,7 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
             # Still running when the engine goes: lost with it, to be resumed
             # from its checkpoint at once by the next run (no heartbeat to wait out).
             _hand_back(store, flight.trial_id)
-    unsaved = sorted(store.trial(t).number for t in ended if saved_no_checkpoint(store.trial(t)))
+    unsaved = sorted(store.trial(t).number for t in stopped if saved_no_checkpoint(store.trial(t)))
     if unsaved:
         print(f"hpo: trial(s) {', '.join(map(str, unsaved))} saved no checkpoint while they ran: "
               f"{NO_CHECKPOINT}", file=sys.stderr)
