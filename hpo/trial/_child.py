@@ -14,6 +14,7 @@ and broadcasts its decisions) and leaves the result to rank 0.
 
 import os
 import pickle
+import shutil
 import signal
 import sys
 import threading
@@ -28,7 +29,8 @@ _PARENT_POLL_S = 0.5
 
 def main(task_file: str, result_file: str) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: _leave("SIGTERM"))
-    _watch_parent(os.getppid())
+    # A follower's parent is rank 0's process, whose worker still reads the result.
+    _watch_parent(os.getppid(), None if follower_rank() > 0 else Path(result_file).parent)
     task, token, context = pickle.loads(Path(task_file).read_bytes())
     if follower_rank() > 0:
         run_follower(task, context, follower_rank())
@@ -54,10 +56,14 @@ def _leave(why: str) -> None:
     exit_after_grace()
 
 
-def _watch_parent(parent: int) -> None:
+def _watch_parent(parent: int, folder: Path | None) -> None:
+    """Suspend the trial once its worker process is gone; nobody reads its
+    result then, so the folder its worker made for it goes too."""
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(_PARENT_POLL_S)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         _leave("its worker process ended")
 
     threading.Thread(target=watch, name="hpo-parent-watch", daemon=True).start()
