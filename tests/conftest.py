@@ -29,13 +29,59 @@ STORAGE_SPY = Path(__file__).parent / "storage_spy"
 collect_ignore = ["compss_double", "engine_driver.py", "storage_spy"]
 
 
-@pytest.fixture(scope="session")
+# -- what a session leaves, and what a test leaves ------------------------------------
+
+
+def pytest_sessionstart(session) -> None:
+    """The session's temporary files in a folder of its own, removed at its
+    end: doctests make folders as a user would (``tempfile.mkdtemp()``), and
+    the processes the tests start inherit the folder. pytest's own
+    ``tmp_path`` tree stays where it was."""
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix="hpo-tests-")
+    os.chmod(folder, 0o1777)  # as /tmp: the PostgreSQL server's user makes its folder here
+    session.config.stash[_SESSION_TMP] = folder
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+
+
+def pytest_sessionfinish(session) -> None:
+    folder = session.config.stash.get(_SESSION_TMP, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_SESSION_TMP = pytest.StashKey[str]()
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind(request):
+    """After each test marked ``leaves_nothing_behind`` (engines, faults): no
+    process, thread, listening port or temporary folder it started is left
+    (``tests/leaks.py``)."""
+    if request.node.get_closest_marker("leaves_nothing_behind") is None:
+        yield
+        return
+    from leaks import Footprint, check_left
+
+    before = Footprint.now()
+    yield
+    left = check_left(before)
+    if left:
+        pytest.fail("the test left behind:\n  " + "\n  ".join(left), pytrace=False)
+
+
+@pytest.fixture(scope="module")
 def dask_address():
-    """A LocalCluster of 2 worker processes (1 thread, CPU=1 each) on 127.0.0.1."""
+    """A LocalCluster of 2 worker processes (1 thread, CPU=1 each) on
+    127.0.0.1, one per test module: a module's kills and stopped workers
+    end with it."""
     from distributed import LocalCluster
 
+    from leaks import owned_by_fixture
+
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster, \
+            owned_by_fixture(lambda: [n.pid for n in list(cluster.workers.values()) if n.pid]):
         yield cluster.scheduler_address
 
 

@@ -23,6 +23,9 @@ import pytest
 import hpo
 from hpo.trial import TrialStatus
 from conftest import ROOT
+from leaks import owned_by_fixture
+
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
 
 sys.path.insert(0, str(ROOT / "bench"))
 import chaos  # noqa: E402
@@ -37,7 +40,8 @@ def cluster(tmp_path_factory):
     started = chaos.Cluster(workdir, chaos.chaos_env()).start()
     masters: list[int] = []
     try:
-        yield started, masters
+        with owned_by_fixture(started.pids):  # its restarted workers and scheduler too
+            yield started, masters
     finally:
         started.stop()
         ours = set(started.pids()) | set(masters)

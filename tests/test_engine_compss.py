@@ -19,6 +19,8 @@ from hpo.engines import CompssEngine, default_engine_name
 from hpo.store import RunDir
 from hpo.store.records import RUN_ATTR, TrialStatus, run_of, status_of
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 CPU_TASK = "compss_trial__cpus2_gpus0_mem0mb_timeout0s"
 
 

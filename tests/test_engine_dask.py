@@ -15,6 +15,8 @@ from hpo.errors import EngineError
 from hpo.store.records import RUN_ATTR
 from conftest import ROOT, stop_processes, toy_space
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 
 @pytest.fixture(scope="module")
 def mixed_cluster(tmp_path_factory):

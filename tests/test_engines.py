@@ -14,6 +14,8 @@ from hpo.engines import CompssEngine, DaskEngine, InlineEngine, SimulatedEngine
 from conftest import wait_for
 from engine_conformance import CHILD_ENV, EngineConformance, EngineKit, child_command, running_pid
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 
 class InlineKit(EngineKit):
     slots = 1

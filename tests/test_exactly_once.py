@@ -22,6 +22,8 @@ from hpo.errors import UsageError
 from hpo.store import MasterLease, RunDir, StudyBusy
 from hpo.store.records import TrialStatus, status_of
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 SPACES = Path(__file__).with_name("fault_spaces")
 ENV = {**CHILD_ENV, "PYTHONPATH": f"{ROOT}{os.pathsep}{SPACES}"}
 

@@ -15,6 +15,8 @@ import hpo
 from hpo.trial import TrialStatus
 from conftest import ROOT, hpo_run_on, running_pid, toy_space, wait_for
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 
 def complete(run_dir) -> list[hpo.TrialRecord]:
     try:

@@ -24,6 +24,8 @@ import hpo
 from hpo.trial import TrialStatus
 from conftest import ROOT, tmpfs, toy_space, wait_for
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HPO_HEARTBEAT_S": "1"}
 QUALITIES = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
 

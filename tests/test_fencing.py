@@ -25,6 +25,8 @@ from hpo.store import LEASE_FILE, Halted, JournalFile, MasterLease, StudyRelay, 
 from hpo.trial import TrialTask, open_trial
 from conftest import toy_space, wait_for
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 EMPTY = {"run": {}, "heartbeat": None, "reports": [], "segments": []}
 STUDY = "s"
 

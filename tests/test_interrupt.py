@@ -15,6 +15,8 @@ import pytest
 import hpo
 from conftest import ROOT, toy_space
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_study_resumes_with_the_same_command(tmp_path, signum, code):

@@ -9,9 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from hpo.trial import SILENT_HEARTBEATS
 from conftest import toy_space, wait_for
 from test_faults import ENV, QUALITIES, assert_each_once, command, end, running_with_reports
+
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
 
 WINDOW_S = SILENT_HEARTBEATS * float(ENV["HPO_HEARTBEAT_S"])  # the silence window the master judges by
 

@@ -16,6 +16,8 @@ from hpo.engines import SimulatedCosts, SimulatedEngine
 from hpo.errors import UsageError
 from conftest import ROOT, toy_space
 
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
 NO_COSTS = SimulatedCosts(dispatch_s=0, start_s=0, save_s=0, restore_s=0)
 
 
