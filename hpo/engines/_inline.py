@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from hpo.engines._base import Engine
 from hpo.machine import refuse_beyond_this_machine
-from hpo.trial import TrialTask, run_trial
+from hpo.trial import TrialTask, close_warm_processes, run_trial
 
 __all__ = ["InlineEngine"]
 
@@ -102,3 +102,4 @@ class InlineEngine(Engine):
                 future.cancel()
             self._queue.clear()
             self._ready.notify()
+        close_warm_processes()  # this is the user's process: its trials' warm processes go with the study

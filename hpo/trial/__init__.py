@@ -3,7 +3,8 @@
 - ``_task``: the :class:`TrialTask` the master fills and an engine ships;
 - ``_run``: :func:`run_trial`, what a worker runs for it;
 - ``_attempt``: one run of the objective in this process, and what it means;
-- ``_isolated`` (and ``_child``): the objective in a process of its own;
+- ``_isolated`` (and ``_child``): the objective in a process of its own,
+  forked from a warm process (``_warm``) that imported it already;
 - ``_handle``: the :class:`Trial` the objective gets;
 - ``_pulse``: heartbeats, and the master's time awake to hear them;
   ``_local_stop``: stops asked by a signal; ``_ending``: an objective that
@@ -38,6 +39,7 @@ from hpo.trial._pulse import (
 from hpo.trial._quantum import QuantumRule, convergence, milestones_passed, representative_loss
 from hpo.trial._run import open_trial, run_trial
 from hpo.trial._task import TrialOutcome, TrialTask
+from hpo.trial._warm import close_warm_processes
 
 # The name used before TrialStatus; kept for scripts written against it.
 TrialState = TrialStatus
@@ -47,4 +49,5 @@ __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",
-           "representative_loss", "Clock", "RealClock", "now", "using_clock", "TaskInterrupted"]
+           "representative_loss", "Clock", "RealClock", "now", "using_clock", "TaskInterrupted",
+           "close_warm_processes"]

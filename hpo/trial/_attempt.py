@@ -31,6 +31,7 @@ from hpo.trial._objective import resolve_objective
 from hpo.trial._quantum import QuantumClock
 from hpo.trial._reaper import reaping
 from hpo.trial._task import TrialTask, assigned_gpus
+from hpo.trial._warm import warm_pids
 
 __all__ = ["AttemptResult", "TaskInterrupted", "runtime_interruptions", "run_here", "trial_for",
            "classify", "size_of", "checkpoint_files", "staging_record"]
@@ -116,7 +117,7 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
             # Imports TensorFlow, if it uses it; a module beside the space file too.
             objective = resolve_objective(task.objective, path=task.pythonpath)
             with bind_cpus(task.cpus) as binding, \
-                    reaping(spared=tracked_children(), own_process=not task.in_master), \
+                    reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master), \
                     _told_if_it_ends_the_master(task, log):
                 result.binding = _binding_record(binding)
                 result.returned = objective(dict(task.config), trial)

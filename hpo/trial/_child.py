@@ -70,4 +70,9 @@ def _watch_parent(parent: int, folder: Path | None) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    if sys.argv[1:2] == ["--warm"]:  # a warm process, forking trials' processes (hpo.trial._warm)
+        from hpo.trial._warm import serve_warm
+
+        serve_warm(int(sys.argv[2]), int(sys.argv[3]), main)
+    else:
+        main(*sys.argv[1:3])

@@ -25,6 +25,7 @@ from hpo.trial._local_stop import stop_grace_s, track_child, untrack_child
 from hpo.trial._objective import pythonpath
 from hpo.trial._reaper import descendants, end_processes
 from hpo.trial._task import TrialTask, device_environment
+from hpo.trial._warm import WarmChild, start_warm
 
 __all__ = ["run_isolated"]
 
@@ -33,7 +34,9 @@ RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "LOCAL_WORLD_
 
 
 def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
-    """Run :func:`run_here` in a fresh Python process, killed at the time limit.
+    """Run :func:`run_here` in a process of its own, killed at the time limit:
+    forked from this worker's warm process for the objective
+    (:mod:`hpo.trial._warm`), else a fresh Python.
 
     A subprocess rather than multiprocessing: Dask worker processes are
     daemonic and may not fork multiprocessing children. The child and what it
@@ -51,7 +54,10 @@ def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptR
             env["PYTHONPATH"] = pythonpath(task.pythonpath)
         for name in RANK_VARIABLES:  # set in a job step's environment, it would make a follower
             env.pop(name, None)
-        child = subprocess.Popen(command, start_new_session=True, env=env)
+        child: subprocess.Popen | WarmChild | None = start_warm(
+            task.objective, task.pythonpath or (), env, str(task_file), str(result_file))
+        if child is None:  # no warm process here: a fresh Python
+            child = subprocess.Popen(command, start_new_session=True, env=env)
         track_child(child.pid)  # a SIGTERM to this worker reaches the trial (request_suspend)
         grace = 0.0  # a time limit ends it at once
         try:
@@ -74,7 +80,7 @@ def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptR
         return AttemptResult(error={"type": "ChildDied", "message": f"trial process exited with code {code}"})
 
 
-def _wait(child: subprocess.Popen, limit_s: float | None) -> int | None:
+def _wait(child: subprocess.Popen | WarmChild, limit_s: float | None) -> int | None:
     """The child's exit code, or None at the time limit. Waits in short steps,
     so that an exception the runtime raises in this thread arrives at once."""
     deadline = time.monotonic() + (limit_s if limit_s is not None else float("inf"))
@@ -86,7 +92,7 @@ def _wait(child: subprocess.Popen, limit_s: float | None) -> int | None:
                 return None
 
 
-def _end_group(child: subprocess.Popen, grace_s: float) -> None:
+def _end_group(child: subprocess.Popen | WarmChild, grace_s: float) -> None:
     """End the trial's process group: SIGTERM and ``grace_s`` to checkpoint
     if it still runs, then SIGKILL to whatever is left (the objective may have
     started processes of its own, which outlive a child that exited)."""

@@ -1,0 +1,143 @@
+"""Warm trial processes (``hpo.trial._warm``): an isolated trial is forked
+from a process that imported its objective already, and is used once.
+
+Each objective here writes what its process saw (pid, parent, environment,
+directory, a random draw) to a file of its own; the module notes the
+process that imported it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import hpo
+from hpo.trial import TrialStatus
+from conftest import toy_space
+
+pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
+
+MODULE = '''
+import json, os, random, signal, subprocess, sys, threading, time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "seen"
+OUT.mkdir(exist_ok=True)
+(OUT / f"imported-{os.getpid()}").write_text("")
+if os.environ.get("WARM_TEST_THREAD_AT_IMPORT"):
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+
+
+def probe(config, trial):
+    x = config["x"]
+    seen = {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
+            "leak": os.environ.get("WARM_TEST_LEAK"), "draw": random.random(),
+            "threads": os.environ.get("OMP_NUM_THREADS"), "pgid": os.getpgid(0)}
+    (OUT / f"trial-{x}.json").write_text(json.dumps(seen))
+    # What the trial may leave in its process: none of it may reach the next one.
+    os.environ["WARM_TEST_LEAK"] = str(x)
+    os.chdir("/")
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    if x == config.get("crash"):
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if x == config.get("hang"):
+        subprocess.Popen(["sleep", "600"], start_new_session=True)  # left behind: ended with it
+        time.sleep(3600)
+    return float(x)
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "warm_probe.py").write_text(textwrap.dedent(MODULE))
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+def _study(project: Path, tmp_path: Path, engine: str, scheduler: str | None = None, **fixed):
+    space = toy_space("warm", "warm_probe:probe", search={"parallel": 1},
+                      resources={"time_limit_s": fixed.pop("time_limit_s", 300)},
+                      fixed=fixed, space={"x": [0, 1, 2, 3]})
+    space_file = project / "space.json"
+    space_file.write_text(json.dumps(space))
+    return hpo.run(str(space_file), engine=engine, scheduler=scheduler, runs_dir=tmp_path / "runs",
+                   progress=False)
+
+
+def _seen(project: Path) -> tuple[dict[int, dict], list[int]]:
+    out = project / "seen"
+    trials = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in out.glob("trial-*.json")}
+    importers = [int(p.name.split("-")[1]) for p in out.glob("imported-*")]
+    return trials, importers
+
+
+def test_isolated_trials_fork_from_one_process_that_imported_the_objective(project, tmp_path):
+    _assert_forked_from_warm(project, tmp_path, "inline")
+
+
+def test_on_dask_isolated_trials_fork_from_the_workers_warm_processes(project, tmp_path, dask_address):
+    _assert_forked_from_warm(project, tmp_path, "dask", dask_address)
+
+
+def _assert_forked_from_warm(project: Path, tmp_path: Path, engine: str, scheduler: str | None = None):
+    result = _study(project, tmp_path, engine, scheduler)
+    assert [t.state for t in result.trials] == [TrialStatus.COMPLETE] * 4
+    trials, importers = _seen(project)
+    pids = {seen["pid"] for seen in trials.values()}
+    assert len(pids) == 4  # a process per trial, each used once
+    # The objective's module was imported by the warm processes, none of them a
+    # trial's: a trial's process found it imported already.
+    assert not pids & set(importers)
+    assert {seen["ppid"] for seen in trials.values()} <= set(importers)
+    # Each trial's process started as a fresh one would: its own process group,
+    # the worker's directory, nothing a trial before it changed, its own random state.
+    assert all(seen["pgid"] == seen["pid"] for seen in trials.values())
+    cwds = {seen["cwd"] for seen in trials.values()}
+    assert len(cwds) == 1 and cwds != {"/"} and (engine != "inline" or cwds == {str(tmp_path)})
+    assert {seen["leak"] for seen in trials.values()} == {None}
+    assert len({seen["draw"] for seen in trials.values()}) == 4
+    assert {seen["threads"] for seen in trials.values()} == {"1"}
+
+
+def test_a_crashed_trial_takes_only_its_own_process_with_it(project, tmp_path):
+    result = _study(project, tmp_path, "inline", crash=1)
+    by_x = {t.params["x"]: t for t in result.trials}
+    assert by_x[1].state is TrialStatus.FAILED
+    assert "exited with code -11" in by_x[1].error
+    assert all(by_x[x].state is TrialStatus.COMPLETE for x in (0, 2, 3))
+    trials, importers = _seen(project)
+    assert len(importers) == 1  # the warm process outlived the crash and served the next trials
+    assert trials[2]["ppid"] == trials[0]["ppid"] == importers[0]
+
+
+def test_a_time_limit_ends_the_forked_trial_and_what_it_started(project, tmp_path):
+    result = _study(project, tmp_path, "inline", hang=2, time_limit_s=5)
+    by_x = {t.params["x"]: t for t in result.trials}
+    assert by_x[2].state is TrialStatus.TIMEOUT and "time_limit_s=5" in by_x[2].error
+    assert all(by_x[x].state is TrialStatus.COMPLETE for x in (0, 1, 3))
+    # The sleep it left in a session of its own ends with it (the leak check
+    # after the test fails otherwise); the warm process served the trial after it.
+    trials, importers = _seen(project)
+    assert trials[3]["ppid"] == importers[0]
+
+
+def test_without_warm_processes_each_trial_imports_its_objective(project, tmp_path, monkeypatch):
+    monkeypatch.setenv("HPO_WARM_START", "0")
+    _study(project, tmp_path, "inline")
+    trials, importers = _seen(project)
+    assert sorted(importers) == sorted(seen["pid"] for seen in trials.values())
+
+
+def test_a_module_that_starts_a_thread_at_import_gets_fresh_processes(project, tmp_path, monkeypatch):
+    # Forking a process of several threads copies one of them: not done.
+    monkeypatch.setenv("WARM_TEST_THREAD_AT_IMPORT", "1")
+    result = _study(project, tmp_path, "inline")
+    assert result.counts["COMPLETE"] == 4
+    trials, importers = _seen(project)
+    assert {seen["pid"] for seen in trials.values()} <= set(importers)
