@@ -113,7 +113,7 @@ def _claimed_cores(candidates: list[int], wanted: int) -> Iterator[tuple[int, ..
 @contextlib.contextmanager
 def _limited_pools(cpus: int) -> Iterator[None]:
     """OpenMP and BLAS pools already loaded in this process (threadpoolctl)."""
-    controller = _pool_controller()
+    controller = pool_controller()
     if controller is None:  # pragma: no cover - a dependency of hpo
         yield
         return
@@ -121,21 +121,27 @@ def _limited_pools(cpus: int) -> Iterator[None]:
         yield
 
 
-_pools: tuple[int, Any] | None = None  # (modules loaded when scanned, the controller)
+# (modules loaded, extension modules among them, the controller) at the last scan
+_pools: tuple[int, int, Any] | None = None
 
 
-def _pool_controller() -> Any:
+def pool_controller() -> Any:
     """threadpoolctl's view of the loaded libraries, scanned again only when
-    modules were imported since: a scan reads every loaded library (about
-    1 ms, each trial, in a worker that already has them all)."""
+    extension modules were loaded since: a scan reads every loaded library
+    (1 to 15 ms, each trial, in a worker that already has them all; a warm
+    process scans once for the trials it forks)."""
     global _pools
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # pragma: no cover - a dependency of hpo
         return None
-    if _pools is None or _pools[0] != len(sys.modules):
-        _pools = (len(sys.modules), ThreadpoolController())
-    return _pools[1]
+    if _pools is not None and _pools[0] == len(sys.modules):
+        return _pools[2]
+    extensions = sum(1 for module in list(sys.modules.values())
+                     if str(getattr(module, "__file__", None) or "").endswith(".so"))
+    controller = _pools[2] if _pools is not None and _pools[1] == extensions else ThreadpoolController()
+    _pools = (len(sys.modules), extensions, controller)
+    return controller
 
 
 def _limit_tensorflow(cpus: int) -> int | None:
