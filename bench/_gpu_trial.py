@@ -4,7 +4,8 @@ for a fixed number of steps, through :class:`hpo.torch.Training`.
 
 It also writes what its process saw into ``probe_dir``: the GPU ids it was
 given, how many devices torch sees, its memory share and its peak memory, so
-the bench checks isolation from inside each trial.
+the bench checks isolation from inside each trial, and when its objective
+started and took its first step (the start and the resume it paid).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hpo.torch import Training, device
 
 
 def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
+    entered_at = time.time()  # the objective's first line: the trial's process start ends here
     torch.manual_seed(int(config.get("seed", 0)))
     where = device(trial)  # cuda:0 of the trial's GPUs; its memory share applied
     batch, steps = int(config["batch_size"]), int(config["steps_per_epoch"])
@@ -33,7 +35,10 @@ def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
     training = Training(trial, model, optimizer)
     loss_of = nn.CrossEntropyLoss()
     started = time.perf_counter()
+    first_step_at = None
     for _ in training.epochs(int(config.get("max_epochs", 2))):
+        if first_step_at is None:  # CUDA initialised, the model on it, its checkpoint restored
+            first_step_at = time.time()
         for step in range(steps):
             part = slice((step % 8) * batch, (step % 8 + 1) * batch)
             optimizer.zero_grad(set_to_none=True)
@@ -41,15 +46,17 @@ def train(config: dict[str, Any], trial: Any) -> dict[str, float]:
             loss.backward()
             optimizer.step()
         training.end_epoch(loss=loss.item())
-    _probe(config, trial, where, time.perf_counter() - started)
+    _probe(config, trial, where, time.perf_counter() - started, entered_at, first_step_at)
     return {"loss": loss.item()}
 
 
-def _probe(config: dict[str, Any], trial: Any, where: torch.device, seconds: float) -> None:
+def _probe(config: dict[str, Any], trial: Any, where: torch.device, seconds: float,
+           entered_at: float, first_step_at: float | None) -> None:
     if not config.get("probe_dir"):
         return
     seen: dict[str, Any] = {
         "number": trial.number, "pid": os.getpid(), "gpus": list(trial.gpus),
+        "entered_at": entered_at, "first_step_at": first_step_at,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "memory_fraction": float(os.environ.get("HPO_GPU_MEMORY_FRACTION") or 1.0),
         "device_count": torch.cuda.device_count() if where.type == "cuda" else 0,

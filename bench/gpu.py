@@ -23,9 +23,17 @@ exact resume and the paraDL cost model (run it on a machine with an NVIDIA GPU).
    whole model's step is measured: predicted, measured and accuracy
    (1 - |error| / measured) per configuration and the median.
 
-Run: ``python bench/gpu.py [--trials 12] [--trial-s 6] [--out DIR]``. Every
-figure is printed and also written to ``DIR/gpu.json``; the last line is
-``packed_speedup=<packed trials per minute / one-at-a-time trials per minute>``.
+Each study also gives, per trial, the time from its task's start on the
+worker to the objective's first line (the trial's process start: forked
+from the worker's warm process, or with ``--fresh`` also a fresh Python per
+trial) and to its first step (CUDA, the model, a checkpoint's restore);
+``--resume`` adds a round-robin study whose every trial resumes a segment.
+
+Run: ``python bench/gpu.py [--trials 12] [--trial-s 6] [--fresh] [--resume]
+[--quick] [--out DIR]``. Every figure is printed and also written to
+``DIR/gpu.json``; the last lines are ``gpu_busy_pct=`` (packed),
+``segment_resume_s=`` (with ``--resume``) and ``packed_speedup=<packed
+trials per minute / one-at-a-time trials per minute>``.
 """
 
 from __future__ import annotations
@@ -125,42 +133,75 @@ def calibrate_steps(trial_s: float) -> int:
     return max(50, int(trial_s / 2 / per_step))  # two epochs per trial
 
 
-def study(share: float, trials: int, steps: int, tmp: Path) -> dict[str, Any]:
-    probe = tmp / f"probe-{share:g}"
+def study(share: float, trials: int, steps: int, tmp: Path, warm: bool = True,
+          scheduling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One study of ``trials`` trials at ``share`` GPUs each; ``warm``: their
+    processes fork from the workers' warm processes (else a fresh Python
+    each, ``HPO_WARM_START=0``); ``scheduling``: the space's, to suspend and
+    resume them."""
+    name = f"gpu-{share:g}" + ("" if warm else "-fresh") + ("-segments" if scheduling else "")
+    probe = tmp / f"probe-{name}"
     probe.mkdir()
     space = {
-        "name": f"gpu-{share:g}", "objective": "_gpu_trial:train",
+        "name": name, "objective": "_gpu_trial:train",
         "metric": {"name": "loss", "direction": "minimize"},
         "search": {"algorithm": "grid"},
         "resources": {"gpus": share, "cpus": 1},
         "fixed": {"batch_size": BATCH, "steps_per_epoch": steps, "max_epochs": 2,
                   "probe_dir": str(probe)},
         "space": {"channels": CHANNELS, "seed": list(range(trials // len(CHANNELS)))},
+        **({"scheduling": scheduling} if scheduling else {}),
     }
-    with GpuSampler() as sampler:
-        started = time.perf_counter()
-        result = hpo.run(space, engine="dask", runs_dir=tmp / "runs", progress=True)
-        ended = time.perf_counter()
+    os.environ["HPO_WARM_START"] = "1" if warm else "0"  # the study's workers inherit it
+    try:
+        with GpuSampler() as sampler:
+            started = time.perf_counter()
+            result = hpo.run(space, engine="dask", runs_dir=tmp / "runs", progress=True)
+            ended = time.perf_counter()
+    finally:
+        os.environ.pop("HPO_WARM_START")
     makespan = ended - started
     probes = [json.loads(p.read_text()) for p in sorted(probe.glob("*.json"))]
     return {
-        "share": share, "trials": len(result.trials), "complete": result.counts.get("COMPLETE", 0),
+        "share": share, "warm": warm, "trials": len(result.trials),
+        "complete": result.counts.get("COMPLETE", 0),
         "makespan_s": makespan, "trials_per_min": 60 * len(result.trials) / makespan,
         "gpu_busy_pct": sampler.busy_percent(started, ended),
         "peak_gpu_memory_mib": max((m for _, _, m in sampler.samples), default=float("nan")),
-        "probes": probes,
+        "probes": probes, **_starts(tmp / "runs" / name, probes),
         "process_peak_mib": {str(pid): mib for pid, mib in sampler.process_peak_mib.items()},
     }
 
 
-def report_packing(packed: dict[str, Any], alone: dict[str, Any]) -> float:
+def _starts(run_dir: Path, probes: list[dict[str, Any]]) -> dict[str, float]:
+    """Medians over the trials' last segments: from the task's start on its
+    worker to the objective's first line (the process's start), and on to
+    its first step (CUDA, the model, the checkpoint's restore)."""
+    from hpo.store import RunDir
+    from hpo.store.records import RUN_ATTR
+
+    began = {t.number: t.system_attrs[RUN_ATTR]["segment_started_at"]
+             for t in RunDir(run_dir).load_study().trials if RUN_ATTR in t.system_attrs}
+    process = [p["entered_at"] - began[p["number"]] for p in probes if p["number"] in began]
+    first = [p["first_step_at"] - began[p["number"]] for p in probes
+             if p["number"] in began and p.get("first_step_at")]
+    median = statistics.median
+    return {"process_start_s": median(process) if process else float("nan"),
+            "first_step_s": median(first) if first else float("nan")}
+
+
+def report_packing(packed: dict[str, Any], alone: dict[str, Any], *others: dict[str, Any]) -> float:
     print("\n1. packing: the same trials, four to a GPU against one at a time")
-    print(f"  {'gpus per trial':15s} {'trials':>6s} {'makespan_s':>10s} {'trials/min':>10s} "
-          f"{'GPU busy %':>10s} {'peak MiB':>9s}")
-    for row in (packed, alone):
-        print(f"  {row['share']:<15g} {row['complete']:>6d} {row['makespan_s']:10.1f} "
-              f"{row['trials_per_min']:10.2f} {row['gpu_busy_pct']:10.1f} "
-              f"{row['peak_gpu_memory_mib']:9.0f}")
+    print(f"  {'gpus per trial':15s} {'process':>8s} {'trials':>6s} {'makespan_s':>10s} "
+          f"{'trials/min':>10s} {'GPU busy %':>10s} {'peak MiB':>9s} {'start s':>7s} "
+          f"{'1st step s':>10s}")
+    for row in (packed, alone, *others):
+        print(f"  {row['share']:<15g} {'warm' if row['warm'] else 'fresh':>8s} {row['complete']:>6d} "
+              f"{row['makespan_s']:10.1f} {row['trials_per_min']:10.2f} {row['gpu_busy_pct']:10.1f} "
+              f"{row['peak_gpu_memory_mib']:9.0f} {row['process_start_s']:7.2f} "
+              f"{row['first_step_s']:10.2f}")
+    print("  start: the task's start on its worker to the objective's first line; 1st step: to its "
+          "first training step (CUDA, the model, a checkpoint's restore)")
     speedup = packed["trials_per_min"] / alone["trials_per_min"]
     print(f"  packed / one at a time: {speedup:.2f}x the trials per minute")
     return speedup
@@ -307,6 +348,12 @@ def main() -> None:
     parser.add_argument("--trial-s", type=float, default=6.0,
                         help="seconds one trial trains alone (sets its steps)")
     parser.add_argument("--out", default=".", help="where gpu.json goes")
+    parser.add_argument("--fresh", action="store_true",
+                        help="also the packed study with a fresh Python per trial (HPO_WARM_START=0)")
+    parser.add_argument("--resume", action="store_true",
+                        help="also a round-robin study whose trials resume a segment per epoch")
+    parser.add_argument("--quick", action="store_true",
+                        help="packing only: no check-resume, no cost model")
     parser.add_argument("--dry-run", action="store_true",
                         help="no GPU: the whole script on the CPU with a fake GPU id (figures mean nothing)")
     args = parser.parse_args()
@@ -327,12 +374,23 @@ def main() -> None:
         tmp = Path(tmp_name)
         packed = study(0.25, args.trials, steps, tmp)
         alone = study(1, args.trials, steps, tmp)
-    speedup = report_packing(packed, alone)
+        others = [study(0.25, args.trials, steps, tmp, warm=False)] if args.fresh else []
+        # Round robin, a segment per epoch: every trial's second epoch is a resumed segment.
+        segments = study(1, len(CHANNELS), steps, tmp, scheduling={
+            "policy": "round_robin", "segment_steps": 1}) if args.resume else None
+    speedup = report_packing(packed, alone, *others, *([segments] if segments else []))
+    if segments:
+        print(f"  resumed segments (round robin, one epoch each): {segments['first_step_s']:.2f} s "
+              "from the segment's start to its first step, its checkpoint's restore included")
     report_isolation(packed)
-    figures.update(packed=packed, alone=alone, speedup=speedup)
-    figures["resume"] = resume_on_gpu()
-    figures["cost_model"] = cost_model()
+    figures.update(packed=packed, alone=alone, speedup=speedup, fresh=others, segments=segments)
+    if not args.quick:
+        figures["resume"] = resume_on_gpu()
+        figures["cost_model"] = cost_model()
     Path(args.out, "gpu.json").write_text(json.dumps(figures, indent=1))
+    print(f"gpu_busy_pct={packed['gpu_busy_pct']:.1f}")
+    if segments:
+        print(f"segment_resume_s={segments['first_step_s']:.2f}")
     print(f"packed_speedup={speedup:.2f}")
 
 

@@ -11,15 +11,18 @@ tasks, each in a fresh worker process:
 - worker: the worker process's memory (RSS) after the trial, and how much
   of the journal it opened (hpo's trials open it 0 times);
 - isolated: a trial in a process of its own (``time_limit_s`` or GPUs): the
-  same from the task's start, the child's interpreter start included, and
-  the child's peak memory;
+  same from the task's start, and the trial process's peak memory; forked
+  from the worker's warm process (the first trial starts that), and each in
+  a fresh Python (``HPO_WARM_START=0``, as before warm processes);
 - beside it, what a worker does with Optuna's own storage
   (``optuna.load_study`` on the journal, as Optuna's distributed examples
   do, and as hpo's workers did before their relay answered them): the time
   to load and the memory after.
 
 Run: ``python bench/trial_start.py [--sizes 0,10000,100000] [--trials 3]``.
-The last line is ``start_growth_ms=<start at the largest size minus at 0>``.
+The last lines: ``start_growth_ms=<start at the largest size minus at 0>``,
+``isolated_start_ms=`` (warm, at the first size) and ``master_open_s=`` (at
+the largest size).
 """
 
 from __future__ import annotations
@@ -64,17 +67,23 @@ def _rss_mb() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _worker(task: TrialTask, journal: str, out) -> None:
-    """A warm worker: hpo imported, then one task; counts its opens of the journal."""
+def _worker(tasks: list[TrialTask], journal: str, warm: bool, out) -> None:
+    """A warm worker: hpo imported, then ``tasks`` in turn; counts its opens
+    of the journal. ``warm``: isolated trials start from a warm process."""
     import hpo.trial
 
+    os.environ["HPO_WARM_START"] = "1" if warm else "0"
     opened = []
     sys.addaudithook(lambda event, args: opened.append(args[0]) if event == "open" and
                      str(args[0]) == journal else None)
-    began = time.time()
-    hpo.trial.run_trial(task)
-    at, peak = Path(task.config["probe"]).read_text().split()
-    out.send((float(at) - began, _rss_mb(), len(opened), float(peak)))
+    figures = []
+    for task in tasks:
+        began = time.time()
+        hpo.trial.run_trial(task)
+        at, peak = Path(task.config["probe"]).read_text().split()
+        figures.append((float(at) - began, _rss_mb(), len(opened), float(peak)))
+    hpo.trial.close_warm_processes()
+    out.send(figures)
 
 
 def _optuna_worker(journal: str, out) -> None:
@@ -99,35 +108,40 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
     run_dir = write_study(tmp / f"study-{size}", size, name=STUDY)
     journal = str(run_dir / "journal.log")
     began = time.perf_counter()
-    starts, rss, opens, iso_starts, iso_peaks, loads, load_rss = [], [], [], [], [], [], []
+    starts, rss, opens, loads, load_rss = [], [], [], [], []
     with StudyRelay(journal, STUDY, control=run_dir / "control.json") as relay:
         opened = time.perf_counter() - began
         store = StudyStore(relay.storage, STUDY)
-        for n in range(trials):
-            for isolate in (False, True):
-                trial_id, number = store.create_trial({}, {})
-                probe = tmp / f"probe-{size}-{n}-{isolate}"
-                task = TrialTask(storage=relay.writers_url, study_name=STUDY, trial_id=trial_id,
-                                 number=number, config={"probe": str(probe)},
-                                 objective="trial_start:first_line", metric="val_accuracy",
-                                 checkpoint_dir=str(run_dir / "trials" / str(number)),
-                                 control=str(run_dir / "control.json"), isolate=isolate)
-                start_s, worker_mb, worker_opens, peak_mb = _in_process(_worker, task, journal)
-                if isolate:
-                    iso_starts.append(start_s)
-                    iso_peaks.append(peak_mb)
-                else:
-                    starts.append(start_s)
-                    rss.append(worker_mb)
-                    opens.append(worker_opens)
+
+        def task(isolate: bool) -> TrialTask:
+            trial_id, number = store.create_trial({}, {})
+            probe = tmp / f"probe-{size}-{number}"
+            return TrialTask(storage=relay.writers_url, study_name=STUDY, trial_id=trial_id,
+                             number=number, config={"probe": str(probe)},
+                             objective="trial_start:first_line", metric="val_accuracy",
+                             checkpoint_dir=str(run_dir / "trials" / str(number)),
+                             control=str(run_dir / "control.json"), isolate=isolate)
+
+        for _ in range(trials):
+            ((start_s, worker_mb, worker_opens, _),) = _in_process(_worker, [task(False)], journal, True)
+            starts.append(start_s)
+            rss.append(worker_mb)
+            opens.append(worker_opens)
             load_s, load_mb = _in_process(_optuna_worker, journal)
             loads.append(load_s)
             load_rss.append(load_mb)
+        # Isolated trials, one worker each way: from its warm process (the
+        # first starts it), and each in a fresh Python (HPO_WARM_START=0).
+        warm = _in_process(_worker, [task(True) for _ in range(trials + 1)], journal, True)
+        fresh = _in_process(_worker, [task(True) for _ in range(trials)], journal, False)
     med = statistics.median
     return {"master_open_s": opened, "start_ms": 1000 * med(starts), "worker_mb": med(rss),
-            "journal_opens": max(opens), "isolated_start_ms": 1000 * med(iso_starts),
-            "isolated_peak_mb": med(iso_peaks), "optuna_load_ms": 1000 * med(loads),
-            "optuna_worker_mb": med(load_rss)}
+            "journal_opens": max(opens), "isolated_first_ms": 1000 * warm[0][0],
+            "isolated_start_ms": 1000 * med(f[0] for f in warm[1:]),
+            "isolated_peak_mb": med(f[3] for f in warm[1:]),
+            "isolated_fresh_ms": 1000 * med(f[0] for f in fresh),
+            "isolated_fresh_peak_mb": med(f[3] for f in fresh),
+            "optuna_load_ms": 1000 * med(loads), "optuna_worker_mb": med(load_rss)}
 
 
 def main() -> None:
@@ -146,17 +160,24 @@ def main() -> None:
             print(f"  {size:,} trials ...", file=sys.stderr, flush=True)
             rows[size] = measure(size, args.trials, Path(tmp))
     print(f"\n{'trials in study':>15s} {'master opens':>12s} {'hpo start':>10s} {'worker RSS':>10s} "
-          f"{'journal opens':>13s} {'isolated start':>14s} {'isolated peak':>13s} "
-          f"{'optuna load':>11s} {'optuna RSS':>10s}")
+          f"{'journal opens':>13s} {'optuna load':>11s} {'optuna RSS':>10s}")
     for size, row in rows.items():
         print(f"{size:15,d} {row['master_open_s']:11.1f}s {row['start_ms']:8.1f}ms "
-              f"{row['worker_mb']:8.0f}MB {row['journal_opens']:13d} {row['isolated_start_ms']:12.0f}ms "
-              f"{row['isolated_peak_mb']:11.0f}MB {row['optuna_load_ms']:9.0f}ms "
+              f"{row['worker_mb']:8.0f}MB {row['journal_opens']:13d} {row['optuna_load_ms']:9.0f}ms "
               f"{row['optuna_worker_mb']:8.0f}MB")
+    print(f"\nisolated trials (a process of its own), start to the objective's first line:\n"
+          f"{'trials in study':>15s} {'warm':>8s} {'first (starts it)':>17s} {'fresh Python':>12s} "
+          f"{'warm peak':>9s} {'fresh peak':>10s}")
+    for size, row in rows.items():
+        print(f"{size:15,d} {row['isolated_start_ms']:6.1f}ms {row['isolated_first_ms']:15.0f}ms "
+              f"{row['isolated_fresh_ms']:10.0f}ms {row['isolated_peak_mb']:7.0f}MB "
+              f"{row['isolated_fresh_peak_mb']:8.0f}MB")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     first, last = rows[sizes[0]], rows[sizes[-1]]
     print(f"worker_growth_mb={last['worker_mb'] - first['worker_mb']:.1f}")
     print(f"start_growth_ms={last['start_ms'] - first['start_ms']:.1f}")
+    print(f"isolated_start_ms={first['isolated_start_ms']:.1f}")
+    print(f"master_open_s={last['master_open_s']:.2f}  # with {sizes[-1]:,} trials in the study")
 
 
 if __name__ == "__main__":
