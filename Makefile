@@ -1,5 +1,5 @@
 # make demo: quick-start study (digits, Keras, Dask) in a fresh virtual environment.
-# make test: the whole test suite.
+# make test: the whole test suite (make test TEST_WORKERS=0: in one process).
 # make lint: ruff (lint and import order) and mypy on hpo/, dashboards/ and launchers/.
 # make test-optuna-floor: the store's tests on the lowest Optuna pyproject.toml allows.
 # make docs: the documentation site in site/ (mkdocs build --strict: broken links fail).
@@ -38,8 +38,11 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) hpo_main.py search_spaces/digits_quick.json --runs-dir runs
 
+# Two test processes (pytest-xdist), a module each at a time: most tests wait
+# on the processes they start, so two keep a 2-core machine busy.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check hpo dashboards launchers
