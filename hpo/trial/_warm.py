@@ -65,6 +65,8 @@ def start_warm(objective: Any, pythonpath: Sequence[str], env: dict[str, str],
     if not warm_enabled() or not hasattr(os, "pidfd_open"):
         return None
     key = _key(objective, pythonpath, env)
+    if key in _refused:  # its warm process could not serve: not tried again by this worker
+        return None
     warm = _take(key)
     if warm is None:
         warm = WarmProcess.start(key, _objective_name(objective), env)
@@ -98,13 +100,13 @@ def close_warm_processes() -> None:
         warm.close()
 
 
-_said: set[tuple] = set()
+_refused: set[tuple] = set()
 
 
 def _say_once(key: tuple, why: str) -> None:
     """Tell once per objective why its trials start a fresh Python here."""
-    if key not in _said:
-        _said.add(key)
+    if key not in _refused:
+        _refused.add(key)
         print(f"hpo: trials of {key[1] or 'this objective'} start a fresh Python on this worker: {why}",
               file=sys.stderr, flush=True)
 
