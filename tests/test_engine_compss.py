@@ -30,8 +30,11 @@ def quick_heartbeat(monkeypatch):
 
 
 def trial_children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True)
-            if "hpo.trial._child" in " ".join(_cmdline(p))]
+    """The trials' processes under this one; not the warm processes they are
+    forked from (a fork keeps its parent's command line)."""
+    found = {p.pid: p for p in psutil.Process().children(recursive=True)
+             if "hpo.trial._child" in " ".join(_cmdline(p))}
+    return [p for p in found.values() if "--warm" not in _cmdline(p) or p.ppid() in found]
 
 
 def _cmdline(process: psutil.Process) -> list[str]:

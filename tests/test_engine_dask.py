@@ -14,6 +14,7 @@ from hpo.engines import DaskEngine
 from hpo.errors import EngineError
 from hpo.store.records import RUN_ATTR
 from conftest import ROOT, stop_processes, toy_space
+from leaks import owned_by_fixture
 
 pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
 
@@ -43,7 +44,8 @@ def mixed_cluster(tmp_path_factory):
         client.wait_for_workers(2, timeout=60)
         pids = client.run(os.getpid)
         names = {w["name"]: pids[a] for a, w in client.scheduler_info()["workers"].items()}
-    yield str(scheduler_file), names
+    with owned_by_fixture(lambda: [p.pid for p in procs]):  # and the warm processes of its workers
+        yield str(scheduler_file), names
     stop_processes(procs)
 
 

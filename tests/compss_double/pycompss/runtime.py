@@ -30,6 +30,7 @@ import ctypes
 import heapq
 import itertools
 import os
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ def stop() -> None:
     waited_unfinished = 0
     if _scheduler is not None:
         _scheduler.shutdown()
+        # COMPSs ends its worker processes as it stops, and with them the warm
+        # processes their trials started; here the workers are this process.
+        trials = sys.modules.get("hpo.trial")
+        if trials is not None:
+            trials.close_warm_processes()
     _scheduler = None
     ended = None
     CONTEXT.where = CONTEXT.out_of_scope
