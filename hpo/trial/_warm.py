@@ -309,6 +309,10 @@ def _preload(objective: str | None, modules: list[str]) -> str | None:
             resolve_objective(objective, path=[])
         except Exception:
             pass
+    try:  # Linux 5.3 on; an older kernel (RHEL 8's 4.18) has none
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return "this kernel cannot wait for a forked trial (no pidfd_open: Linux 5.3 or newer)"
     from hpo.trial._cpus import pool_controller
 
     pool_controller()  # the scan of its thread pools, done once for every trial it forks
