@@ -38,6 +38,12 @@ def pytest_sessionstart(session) -> None:
     the processes the tests start inherit the folder. pytest's own
     ``tmp_path`` tree stays where it was."""
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    # Dask's scratch space too: its workers clean theirs up as the interpreter exits.
+    os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", tempfile.gettempdir())
+    if "dask" in sys.modules:
+        import dask
+
+        dask.config.refresh()
     folder = tempfile.mkdtemp(prefix="hpo-tests-")
     os.chmod(folder, 0o1777)  # as /tmp: the PostgreSQL server's user makes its folder here
     session.config.stash[_SESSION_TMP] = folder
@@ -334,6 +340,30 @@ def hpo_run_on(scheduler: str, space: dict, tmp_path: Path) -> subprocess.Popen:
         [sys.executable, "-m", "hpo", "run", str(path), "--engine", "dask", "--quiet",
          "--scheduler", scheduler, "--runs-dir", str(tmp_path)],
         env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def trial_processes(root: int, warm: bool = False) -> list:
+    """The trials' own processes below process ``root`` (``hpo.trial._child``),
+    or with ``warm`` the workers' warm processes they are forked from (a fork
+    keeps its parent's command line: a warm process is one whose parent is not
+    one of them)."""
+    import psutil
+
+    try:
+        family = psutil.Process(root).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    found = {}
+    for process in family:
+        try:
+            command = process.cmdline()
+            parent = process.ppid()
+        except psutil.Error:
+            continue
+        if "hpo.trial._child" in " ".join(command):
+            found[process.pid] = (process, "--warm" in command, parent)
+    return [process for process, forked_or_warm, parent in found.values()
+            if (forked_or_warm and parent not in found) == warm]
 
 
 def running_pid(run_dir: Path, reports: int) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ import pytest
 
 import hpo
 import hpo.trial._run
-from conftest import COMPSS_DOUBLE, ROOT, toy_space, wait_for
+from conftest import COMPSS_DOUBLE, ROOT, toy_space, trial_processes, wait_for
 from hpo.engines import CompssEngine, default_engine_name
 from hpo.store import RunDir
 from hpo.store.records import RUN_ATTR, TrialStatus, run_of, status_of
@@ -30,18 +31,7 @@ def quick_heartbeat(monkeypatch):
 
 
 def trial_children() -> list[psutil.Process]:
-    """The trials' processes under this one; not the warm processes they are
-    forked from (a fork keeps its parent's command line)."""
-    found = {p.pid: p for p in psutil.Process().children(recursive=True)
-             if "hpo.trial._child" in " ".join(_cmdline(p))}
-    return [p for p in found.values() if "--warm" not in _cmdline(p) or p.ppid() in found]
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:
-        return []
+    return trial_processes(os.getpid())
 
 
 # -- what the runtime is told ---------------------------------------------------------

@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from engine_conformance import CHILD_ENV, ROOT
-from conftest import wait_for
+from conftest import trial_processes, wait_for
 from hpo.errors import UsageError
 from hpo.store import MasterLease, RunDir, StudyBusy
 from hpo.store.records import TrialStatus, status_of
@@ -59,21 +59,6 @@ def stop_recorded(run_dir: Path) -> dict | None:
     return None if store is None else store.stop()
 
 
-def trial_processes(master: int) -> list[psutil.Process]:
-    try:
-        family = psutil.Process(master).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    return [p for p in family if "hpo.trial._child" in " ".join(_cmdline(p))]
-
-
-def _cmdline(process: psutil.Process) -> list[str]:
-    try:
-        return process.cmdline()
-    except psutil.Error:
-        return []
-
-
 def gone(process: psutil.Process) -> bool:
     try:
         return process.status() == psutil.STATUS_ZOMBIE
@@ -92,12 +77,14 @@ def test_a_clean_stop_leaves_no_trial_process_and_the_resume_runs_each_step_once
     master = hpo(*args, env=env)
     children = wait_for(lambda: len(trial_processes(master.pid)) == 2 and trial_processes(master.pid),
                         what="two trial processes")
+    warm = trial_processes(master.pid, warm=True)  # the workers' warm processes they were forked from
     time.sleep(2)  # well inside their first step
     master.send_signal(signal.SIGTERM)
     code, output = finish(master)
     assert code == 128 + signal.SIGTERM, output
-    # Each had its grace (2 s) to checkpoint, then ended: none is left behind.
-    wait_for(lambda: all(gone(p) for p in children), timeout=10, what="trial processes ending")
+    # Each had its grace (2 s) to checkpoint, then ended: none is left behind,
+    # nor a warm process (they leave with their workers).
+    wait_for(lambda: all(gone(p) for p in [*children, *warm]), timeout=10, what="trial processes ending")
 
     code, output = finish(hpo(*args, env={"SLOWOBJ_STEP_S": "0.5"}))
     assert code == 0, output
