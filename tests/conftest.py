@@ -58,6 +58,23 @@ def pytest_sessionfinish(session) -> None:
 
 _SESSION_TMP = pytest.StashKey[str]()
 
+#: The slowest modules, slowest first (seconds in one process: 142 to 52).
+#: Two test processes (make test) take modules in collection order; started
+#: first, these no longer leave one process running alone at the end.
+SLOWEST_FIRST = ("test_slurm", "test_exactly_once", "test_engines", "test_chaos", "test_fencing",
+                 "test_faults", "test_dashboard_browser", "test_slurm_faults", "test_store_conformance",
+                 "test_bad_input", "test_cli", "test_allocation", "test_torch")
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The slowest modules first, each module's tests in their own order."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+
+    def module_rank(item) -> int:
+        return rank.get(Path(str(item.fspath)).stem, len(rank))
+
+    items.sort(key=module_rank)  # stable: the order within a module, and of the others, is kept
+
 
 @pytest.fixture(autouse=True)
 def leaves_nothing_behind(request):
