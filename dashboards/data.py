@@ -250,7 +250,7 @@ class StoreReader:
     def _save_views(self, snap: Snapshot) -> bool:
         from hpo.dashboards import view_cache  # it builds on TrialView, defined here
 
-        if not (self._journal is not None and self._store is not None):
+        if self._journal is None or self._store is None:
             raise RuntimeError("hpo internal error: _views_due() said so")
 
         if view_cache.save(self._journal, self._store, list(snap.trials)):
@@ -261,7 +261,7 @@ class StoreReader:
     def _views_due(self) -> bool:
         """Whether many records came after the views snapshot (geometrically
         more as the study grows, so that writing stays in proportion)."""
-        if not (self._store is not None):
+        if self._store is None:
             raise RuntimeError("hpo internal error: a snapshot was read")
         total, _ = records_read(self._store.storage)
         return self._write_views and total - self._views_at >= max(VIEWS_EVERY, self._views_at // 2)
@@ -274,7 +274,7 @@ class StoreReader:
 
     def _read(self) -> Snapshot:
         store = self._store
-        if not (store is not None):
+        if store is None:
             raise RuntimeError("hpo internal error: opened first (snapshot(), write_views_snapshot())")
         # A trial's number is its place in the study; a placeholder stands for
         # a finished trial whose view came with the views snapshot.

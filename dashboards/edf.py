@@ -66,7 +66,7 @@ def edf(snap: Snapshot) -> go.Figure:
 
 def _value(trial: TrialView, objective: int) -> float:
     value = (trial.values if trial.values else [trial.value])[objective]
-    if not (value is not None):
+    if value is None:
         raise RuntimeError("hpo internal error: a completed trial has its values")
     return value
 

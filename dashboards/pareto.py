@@ -26,7 +26,7 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
         return message_figure("Pareto front", "A single-objective study has no Pareto front.")
     names = [name for name, _ in snap.objectives]
     chosen = pair(names, x, y)
-    if not (chosen is not None):
+    if chosen is None:
         raise RuntimeError("hpo internal error: two objectives at least")
     i, j = (names.index(n) for n in chosen)
     (x_name, x_dir), (y_name, y_dir) = snap.objectives[i], snap.objectives[j]
@@ -48,7 +48,7 @@ def pareto(snap: Snapshot, x: str | None = None, y: str | None = None) -> go.Fig
 
 
 def _values(trial: TrialView) -> list[float]:
-    if not (trial.values is not None):
+    if trial.values is None:
         raise RuntimeError("hpo internal error: a completed trial of a multi-objective study has them")
     return trial.values
 

@@ -76,7 +76,7 @@ def _figures(snap: Snapshot, view: View) -> list[go.Figure]:
     """What the report draws of a view. A file has no axis menus: the Pareto
     front of three or more objectives is drawn on every pair of them."""
     if view is PARETO and len(snap.objectives) > 2:
-        if not (view.axes is not None):
+        if view.axes is None:
             raise RuntimeError("hpo internal error: PARETO's")
         return [view.figure(snap, x, y) for x, y in itertools.combinations(view.axes(snap), 2)]
     return [view.figure(snap)]

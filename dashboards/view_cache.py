@@ -58,7 +58,7 @@ def save(journal: str, store: StudyStore, views: list[TrialView]) -> bool:
     trial that finished since is kept in Optuna's state); False when it could
     not be written."""
     finished = [v for v in views if v.state.is_finished]
-    if not (isinstance(store.storage, optuna.storages.JournalStorage)):
+    if not isinstance(store.storage, optuna.storages.JournalStorage):
         raise RuntimeError("hpo internal error: a journal's store: the only one saved")
     dump = replay_dump(store.storage, store.study_id, {v.number for v in finished})
     if dump is None:

@@ -315,14 +315,14 @@ class StudyResult:
 
 def _value_of(trial: TrialRecord) -> float:
     """The value of a completed trial (which has one)."""
-    if not (trial.value is not None):
+    if trial.value is None:
         raise RuntimeError("hpo internal error: trial.value is not None")
     return trial.value
 
 
 def _values_of(trial: TrialRecord) -> list[float]:
     """The values of a trial on the Pareto front (which has them)."""
-    if not (trial.values is not None):
+    if trial.values is None:
         raise RuntimeError("hpo internal error: trial.values is not None")
     return trial.values
 

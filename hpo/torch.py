@@ -76,7 +76,7 @@ def rng_states() -> dict[str, Any]:
     """Every random state a training loop draws from (Python, NumPy, torch's
     CPU generator and each CUDA device's)."""
     state = np.random.get_state()
-    if not (isinstance(state, tuple)):
+    if not isinstance(state, tuple):
         raise RuntimeError("hpo internal error: the legacy global generator's (MT19937) state")
     name, keys, position, has_gauss, cached = state
     # Plain numbers and tensors: torch's weights-only loader (Lightning's too) accepts them.

@@ -142,7 +142,7 @@ class Allocator:
         shape = candidate.shape
         if not limit or not shape.gpus:
             return True
-        if not (self.oracle is not None):
+        if self.oracle is None:
             raise RuntimeError("hpo internal error: asked by _add() with a cost model only")
         need = self.oracle.memory_gb(candidate.config, max(int(shape.gpus), 1))
         room = limit * (shape.gpus if shape.shared else 1.0)
@@ -203,7 +203,7 @@ class Allocator:
         """A one-GPU trial's measured rate against the model's at speed 1 says
         how fast its GPU is: the estimate moves halfway there."""
         # finished() asks with a placement (the planner's inventory gave it) and a cost model.
-        if not (start.placement is not None and self.oracle is not None and self.planner.inventory is not None):
+        if start.placement is None or self.oracle is None or self.planner.inventory is None:
             raise RuntimeError("hpo internal error: finished() without a placement or a cost model")
         if start.shape.gpus != 1 or len(start.placement.devices) != 1:
             return

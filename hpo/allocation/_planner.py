@@ -150,7 +150,7 @@ class Planner:
         predicted. One that would not waits for a faster GPU."""
         if speed >= top or candidate.predicted_s is None:
             return True
-        if not (self.inventory is not None):
+        if self.inventory is None:
             raise RuntimeError("hpo internal error: only a planner with an inventory gets here")
         now = time.monotonic()
         faster = [d for n in self.inventory.nodes for d in n.devices if d.speed > speed]
@@ -166,7 +166,7 @@ class Planner:
         """Whether some node has ``shape``'s GPUs all of one speed (else it takes mixed ones)."""
         if shape.devices <= 1:
             return False
-        if not (self.inventory is not None):
+        if self.inventory is None:
             raise RuntimeError("hpo internal error: only a planner with an inventory gets here")
         return any(sum(1 for d in n.devices if d.speed == s) >= shape.devices
                    for n in self.inventory.nodes for s in {d.speed for d in n.devices})
@@ -175,7 +175,7 @@ class Planner:
         """GPUs trial ``number`` could grow by on one node: with speed
         awareness, counting only those at least as fast as its own (a slower
         one would set its pace), its own included."""
-        if not (self.inventory is not None):
+        if self.inventory is None:
             raise RuntimeError("hpo internal error: only a planner with an inventory gets here")
         held = self.inventory.held(number)
         if not self.speed_aware or held is None:
@@ -208,7 +208,7 @@ class Planner:
         known = [(c, c.predicted_s) for c in waiting if c.predicted_s is not None]
         if speed is None or not known:
             return waiting[0]
-        if not (self.inventory is not None):
+        if self.inventory is None:
             raise RuntimeError("hpo internal error: only a planner with an inventory gets here")
         longest = max(predicted for _, predicted in known)
         top = max((d.speed for n in self.inventory.nodes for d in n.devices), default=1.0)
@@ -254,7 +254,7 @@ class Planner:
         rated = sorted((c for c in fresh if c.curve is not None and c.shape.gpus >= 1
                         and c.shape.nodes == 1), key=_longest_first)
         chosen: list[Start] = []
-        if not (self.inventory is not None):
+        if self.inventory is None:
             raise RuntimeError("hpo internal error: the rate policy with an inventory only (starts())")
         if self.speed_aware:
             longest = _time_on(rated[0], 1) if rated else 0.0
@@ -297,7 +297,7 @@ class Planner:
         then a bounded search) when the flotilla starts on idle, alike nodes;
         a member it would split over nodes is placed best-fit instead."""
         inventory = self.inventory
-        if not (inventory is not None):
+        if inventory is None:
             raise RuntimeError("hpo internal error: only a planner with an inventory gets here")
         per_node = inventory.gpus_per_node
         idle = inventory.free_gpus() == inventory.gpus and all(

@@ -145,7 +145,7 @@ class Controller:
         # its slots would only wait, created in the store, past any time budget.
         parallel = self._parallel()
         allocator = self._allocator
-        if not (allocator is not None and self._relay is not None):
+        if allocator is None or self._relay is None:
             raise RuntimeError("hpo internal error: set by run() and _run()")
         window = parallel + allocator.ahead(parallel, self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
@@ -256,7 +256,7 @@ class Controller:
         """Submit up to ``room`` new proposed configurations (stored together
         where the search allows); False when the space is exhausted."""
         proposals = searcher.ask_many(max(room, 1))
-        if not (self._allocator is not None):
+        if self._allocator is None:
             raise RuntimeError("hpo internal error: self._allocator is not None")
         for proposal in proposals:
             self._allocator.propose(proposal.number, proposal.trial_id, proposal.params, new=True)
@@ -264,7 +264,7 @@ class Controller:
 
     def _start_queued(self, trial: optuna.trial.FrozenTrial) -> None:
         """Start a trial an earlier run created and never started."""
-        if not (self._allocator is not None):
+        if self._allocator is None:
             raise RuntimeError("hpo internal error: self._allocator is not None")
         self._allocator.propose(trial.number, StudyStore.trial_id(trial), dict(trial.params))
 
@@ -300,7 +300,7 @@ class Controller:
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]
         stored = store.trial(chosen.trial_id)
-        if not (self._allocator is not None):
+        if self._allocator is None:
             raise RuntimeError("hpo internal error: self._allocator is not None")
         self._allocator.resume(stored, run_of(stored).get("segment", -1), why)
 
@@ -320,7 +320,7 @@ class Controller:
               after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:
         """The task of a trial, with what the replica holds of it (its
         process never reads the store; a ``new`` trial holds nothing yet)."""
-        if not (self._store is not None):
+        if self._store is None:
             raise RuntimeError("hpo internal error: set by _run(), before the allocator asks")
         context = None if new else context_of(self._store.trial(trial_id))
         return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
@@ -376,7 +376,7 @@ class _Tally:
         if state is TrialStatus.COMPLETE:
             # Ties go to the lower trial number, as in the leaderboard and the
             # summary (StudyResult.best), whatever order trials finish in.
-            if not (value is not None):
+            if value is None:
                 raise RuntimeError("hpo internal error: a COMPLETE trial has its value")
             sign = -1.0 if maximize else 1.0
             if self.best is None or (sign * value, number) < (sign * self.best[1], self.best[0]):

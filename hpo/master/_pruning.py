@@ -254,7 +254,7 @@ class HyperbandPruning(_Pruning):
             if self._longest_completed is None:
                 return False
             max_resource = self._longest_completed + 1
-        if not (not isinstance(max_resource, str)):
+        if isinstance(max_resource, str):
             raise RuntimeError("hpo internal error: \"auto\" is the only word")
         count = math.floor(math.log(max_resource / self.min_resource, self.reduction_factor)) + 1
         for bracket in range(count):

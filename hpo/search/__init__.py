@@ -57,14 +57,14 @@ def open_search(spec: StudySpec, study: optuna.Study,
     search = spec.search
     grid = spec.grid() if spec.grid_size is not None else None
     if sampler is None and search.algorithm == "grid":
-        if not (grid is not None):
+        if grid is None:
             raise RuntimeError("hpo internal error: the space's validation: a grid search's parameters are finite")
         return GridSearcher(study, spec.params, grid)
     if sampler is not None:  # the user's: drawn again on a duplicate, never overruled
         return SamplerSearcher(study, spec.params, sampler, grid, search.seed, fills_in=False)
     factory = ALGORITHMS.factory(search.algorithm)
     if factory is None:  # bayesian search: the space's validation chose its sampler
-        if not (search.sampler is not None):
+        if search.sampler is None:
             raise RuntimeError("hpo internal error: search.sampler is not None")
         factory = SAMPLERS.factory(search.sampler)
     sampler = factory(seed=search.seed, max_trials=spec.max_trials, conditional=spec.conditional)

@@ -49,7 +49,7 @@ class ProposalSampler(optuna.samplers.BaseSampler):
         return self._distributions
 
     def sample_relative(self, study, trial, search_space):
-        if not (self.propose is not None):
+        if self.propose is None:
             raise RuntimeError("hpo internal error: a Searcher proposes through it")
         return self.propose(study, trial)
 
@@ -141,7 +141,7 @@ def _suggest(trial: optuna.Trial, name: str, distribution: BaseDistribution) -> 
     if isinstance(distribution, IntDistribution):
         return trial.suggest_int(name, distribution.low, distribution.high, step=distribution.step,
                                  log=distribution.log)
-    if not (isinstance(distribution, FloatDistribution)):
+    if not isinstance(distribution, FloatDistribution):
         raise RuntimeError("hpo internal error: hpo's parameters have these three kinds")
     return trial.suggest_float(name, distribution.low, distribution.high, step=distribution.step,
                                log=distribution.log)

@@ -405,7 +405,7 @@ class FloatParam(Param):
 
     def _steps(self) -> float:
         """Steps from low to high, as a float: inf when ``high - low`` overflows."""
-        if not (self.step is not None):
+        if self.step is None:
             raise RuntimeError("hpo internal error: asked of a stepped range only")
         return (self.high - self.low) / self.step * (1 + 1e-9)
 
@@ -422,7 +422,7 @@ class FloatParam(Param):
         )
 
     def _spaced(self, k: int) -> float:
-        if not (self.num is not None):
+        if self.num is None:
             raise RuntimeError("hpo internal error: the points of a range with \"num\" only")
         if k == self.num - 1:
             return self.high  # exact, whatever the rounding on the way

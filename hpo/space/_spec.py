@@ -707,7 +707,7 @@ def _shape_samples(resources: Resources, params: dict[str, Param]) -> list[dict[
 def _values_of(param: Param) -> list[Any]:
     if param.is_finite:
         return list(param.grid_values())
-    if not (isinstance(param, (IntParam, FloatParam))):
+    if not isinstance(param, (IntParam, FloatParam)):
         raise RuntimeError("hpo internal error: only a range can be infinite")
     return [param.low, (param.low + param.high) / 2, param.high]
 
@@ -820,7 +820,7 @@ def _objective(value: object, at: Loc) -> str:
     module, colon, function = value.partition(":") if isinstance(value, str) else ("", "", "")
     if not (colon and function.isidentifier() and all(part.isidentifier() for part in module.split("."))):
         at.expected('"package.module:function"', value, f'e.g. "objective": "{DEFAULT_OBJECTIVE}"')
-    if not (isinstance(value, str)):
+    if not isinstance(value, str):
         raise RuntimeError("hpo internal error: anything else has no colon: refused above")
     return value
 

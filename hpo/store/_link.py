@@ -346,10 +346,10 @@ class TrialLink:
         """This process's connection to the relay (found once per process)."""
         pid = os.getpid()
         if self._pid != pid:
-            if not (self.address is not None):
+            if self.address is None:
                 raise RuntimeError("hpo internal error: asked only of a link with a relay")
             self._relay, self._pid = RelayConnection.to(self.address), pid
-        if not (self._relay is not None):
+        if self._relay is None:
             raise RuntimeError("hpo internal error: self._relay is not None")
         return self._relay
 
@@ -430,7 +430,7 @@ class _DirectSink:
                 return _current(journal_epoch(path), master) and (fence is None or fence.current())
 
             return self._journal.append_direct(data, allowed)
-        if not (self._storage is not None):
+        if self._storage is None:
             raise RuntimeError("hpo internal error: a database's sink")
         if not _current_in_database(self._storage, master):
             return False

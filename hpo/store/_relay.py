@@ -292,7 +292,7 @@ class StudyRelay:
         too small, direct appends not followed yet)."""
         if self._journal is None:
             return False
-        if not (isinstance(self.storage, optuna.storages.JournalStorage)):
+        if not isinstance(self.storage, optuna.storages.JournalStorage):
             raise RuntimeError("hpo internal error: a journal's replica")
         mark, payload = replica_dump(self.storage, lambda: self._feed.consumed)
         earlier = read_snapshot(self._journal.path, STORE_SNAPSHOT)
@@ -629,7 +629,7 @@ class StudyRelay:
         if not self.epoch:
             return
         if self._journal is None:
-            if not (self._study_id is not None):
+            if self._study_id is None:
                 raise RuntimeError("hpo internal error: claim() took an epoch for it")
             self._see_epoch(self.storage.get_study_system_attrs(self._study_id).get(EPOCH_ATTR))
             return
@@ -657,14 +657,14 @@ class StudyRelay:
         """Before an epoch this master takes is written to the journal: refuse
         it if another master took a later one meanwhile, and name it in the
         file beside the journal (what writers around the relay read)."""
-        if not (self._journal is not None):
+        if self._journal is None:
             raise RuntimeError("hpo internal error: an epoch goes into a journal's records")
         for record in records:
             claimed = in_journal_record(record)
             if claimed is None:
                 continue
             if epoch_of(self._store_epoch) >= epoch_of(claimed) and self._store_epoch != claimed:
-                if not (self._store_epoch is not None):
+                if self._store_epoch is None:
                     raise RuntimeError("hpo internal error: this master's claims are epochs from 1")
                 raise taken_over(self._journal.path, self._store_epoch, epoch_of(claimed))
             self._check_lease_for_claim()  # again, under the journal's lock
@@ -720,7 +720,7 @@ class StudyRelay:
     def _take_foreign(self) -> None:
         """Follow what other processes appended to the journal directly."""
         self._looked = time.monotonic()
-        if not (self._journal is not None):
+        if self._journal is None:
             raise RuntimeError("hpo internal error: a database has no direct appends to follow")
         try:
             size = os.stat(self._journal.path).st_size
@@ -794,7 +794,7 @@ class _Feed(BaseJournalBackend):
             return iter(fed)
 
     def _read_file(self, log_number_from: int) -> Iterator[dict[str, Any]]:
-        if not (self._from_file is not None):
+        if self._from_file is None:
             raise RuntimeError("hpo internal error: read_logs() reads the file until take_over()")
         for record in self._journal.read_logs(log_number_from):
             self._ledger.apply(record)
@@ -808,7 +808,7 @@ class _Feed(BaseJournalBackend):
 
     def take_over(self) -> int:
         """From now on the relay feeds the replica; the byte offset it goes on from."""
-        if not (self._from_file is not None):
+        if self._from_file is None:
             raise RuntimeError("hpo internal error: taken over once")
         self._first, self._from_file = self._from_file, None
         self._fed_end = self._journal.read_to

@@ -204,7 +204,7 @@ def records_read(storage: optuna.storages.BaseStorage) -> tuple[int, int]:
     backend = getattr(storage, "_backend", None)
     if not isinstance(backend, SnapshotJournal):
         return 0, 0
-    if not (isinstance(storage, optuna.storages.JournalStorage)):
+    if not isinstance(storage, optuna.storages.JournalStorage):
         raise RuntimeError("hpo internal error: what reads a SnapshotJournal")
     total = storage._replay_result.log_number_read
     restored = backend.restored_from.records if backend.restored_from else 0
@@ -228,6 +228,6 @@ def save_journal_snapshot(storage: optuna.storages.BaseStorage, min_new_records:
         return False
     dump = replay_dump(storage)
     backend = storage._backend
-    if not (isinstance(backend, SnapshotJournal)):
+    if not isinstance(backend, SnapshotJournal):
         raise RuntimeError("hpo internal error: records_read() counted none otherwise")
     return dump is not None and write_snapshot(backend.path, STORE_SNAPSHOT, *dump)

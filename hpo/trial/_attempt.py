@@ -143,7 +143,7 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
         trial._record_profile()  # a trial shorter than its profile: on what it ran
     result.metrics = _last_metrics(trial, result.returned)
     side = trial._link
-    if not (side is not None):
+    if side is None:
         raise RuntimeError("hpo internal error: trial_for gave the trial its store side")
     if side.quantum:
         result.quantum = side.quantum.record()
@@ -246,7 +246,7 @@ def _compss_hosts() -> list[str] | None:
 def _clock(task: TrialTask, reports: list[tuple[int, dict[str, float]]],
            segments: Sequence[Mapping[str, Any]]) -> QuantumClock:
     """The quantum clock of a task, from the trial's earlier reports and segments."""
-    if not (task.quantum is not None):
+    if task.quantum is None:
         raise RuntimeError("hpo internal error: only a time-shared task has a clock")
     sign = -1.0 if task.direction == "maximize" else 1.0
     last = segments[-1] if segments else {}

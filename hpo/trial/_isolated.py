@@ -55,7 +55,7 @@ def run_isolated(task: TrialTask, token: str, context: TrialContext) -> AttemptR
         for name in RANK_VARIABLES:  # set in a job step's environment, it would make a follower
             env.pop(name, None)
         child: subprocess.Popen | WarmChild | None = start_warm(
-            task.objective, task.pythonpath or (), env, str(task_file), str(result_file))
+            task.objective, env, str(task_file), str(result_file))
         if child is None:  # no warm process here: a fresh Python
             child = subprocess.Popen(command, start_new_session=True, env=env)
         track_child(child.pid)  # a SIGTERM to this worker reaches the trial (request_suspend)

@@ -52,7 +52,7 @@ class QuantumRule:
         doubled = 2 ** milestones_passed(self.milestones, losses, self.maximize)
         if self.steps is not None:
             return self.steps * doubled, None
-        if not (self.seconds is not None):
+        if self.seconds is None:
             raise RuntimeError("hpo internal error: a rule has steps or seconds")
         seconds = self.seconds * (1 + self.growth * preemptions) * doubled
         return None, max(seconds, checkpoint_s / self.max_checkpoint_share)

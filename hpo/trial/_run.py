@@ -97,7 +97,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
             # The disk filled up under the objective, or its node could not
             # stage its data: not the trial's failure. It is given up, to
             # resume from its checkpoint on the next run.
-            if not (result.error is not None):
+            if result.error is None:
                 raise RuntimeError("hpo internal error: result.error is not None")
             _give_up(link, task, _end_record(run, result, task, suspended=False),
                      f"{result.error['type']}: {result.error['message']} (the machine's fault: "
@@ -107,7 +107,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
         if state is TrialStatus.FAILED and _interrupted(link):
             # It failed while the study was being stopped (Ctrl-C: a closed
             # pipe, a killed helper process): never the trial's failure.
-            if not (result.error is not None):
+            if result.error is None:
                 raise RuntimeError("hpo internal error: FAILED: classify() keeps why")
             _give_up(link, task, _end_record(run, result, task, suspended=False),
                      f"{result.error['type']}: {result.error['message']} (while the study was "

@@ -23,6 +23,7 @@ its exit status.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -32,8 +33,11 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
+
+from hpo.trial._cpus import pool_controller
+from hpo.trial._objective import resolve_objective
 
 __all__ = ["WarmChild", "WarmProcess", "start_warm", "close_warm_processes", "warm_pids",
            "serve_warm"]
@@ -43,6 +47,7 @@ MAX_IDLE = 4
 
 _idle: dict[tuple, list[WarmProcess]] = {}
 _busy: set[WarmProcess] = set()
+_refused: set[tuple] = set()  # objectives whose warm process could not serve: not tried again
 _lock = threading.Lock()
 
 
@@ -56,24 +61,21 @@ def preload_modules() -> list[str]:
     return [m.strip() for m in os.environ.get("HPO_PRELOAD", "").split(",") if m.strip()]
 
 
-def start_warm(objective: Any, pythonpath: Sequence[str], env: dict[str, str],
-               task_file: str, result_file: str) -> WarmChild | None:
+def start_warm(objective: Any, env: dict[str, str], task_file: str, result_file: str) -> WarmChild | None:
     """Fork the trial's process from a warm process for ``objective`` (one
     started now if none is idle), with ``env`` and this directory; None when
     warm processes are off or cannot be used here (the caller starts a fresh
     Python)."""
     if not warm_enabled() or not hasattr(os, "pidfd_open"):
         return None
-    key = _key(objective, pythonpath, env)
-    if key in _refused:  # its warm process could not serve: not tried again by this worker
+    key = _key(objective, env)
+    if key in _refused:
         return None
-    warm = _take(key)
+    warm = _take(key) or WarmProcess.start(key, _objective_name(objective), env)
     if warm is None:
-        warm = WarmProcess.start(key, _objective_name(objective), env)
-        if warm is None:
-            return None
-        with _lock:
-            _busy.add(warm)
+        return None
+    with _lock:
+        _busy.add(warm)
     child = warm.fork(task_file, result_file, env)
     if child is None:  # it died meanwhile: not kept
         with _lock:
@@ -100,23 +102,19 @@ def close_warm_processes() -> None:
         warm.close()
 
 
-_refused: set[tuple] = set()
-
-
-def _say_once(key: tuple, why: str) -> None:
-    """Tell once per objective why its trials start a fresh Python here."""
+def _refuse(key: tuple, why: str) -> None:
+    """Start the objective's trials in a fresh Python from now on, and say why."""
     if key not in _refused:
         _refused.add(key)
-        print(f"hpo: trials of {key[1] or 'this objective'} start a fresh Python on this worker: {why}",
+        print(f"hpo: trials of {key[0] or 'this objective'} start a fresh Python on this worker: {why}",
               file=sys.stderr, flush=True)
 
 
-def _key(objective: Any, pythonpath: Sequence[str], env: dict[str, str]) -> tuple:
+def _key(objective: Any, env: dict[str, str]) -> tuple:
     # What the warm process fixed at its start: its imports' search path and
     # the thread counts its libraries read as they loaded.
     threads = tuple(sorted((k, v) for k, v in env.items() if k.endswith("_NUM_THREADS")))
-    return (sys.executable, _objective_name(objective), tuple(pythonpath), env.get("PYTHONPATH"),
-            threads, tuple(preload_modules()))
+    return (_objective_name(objective), env.get("PYTHONPATH"), threads, tuple(preload_modules()))
 
 
 def _objective_name(objective: Any) -> str | None:
@@ -132,7 +130,6 @@ def _take(key: tuple) -> WarmProcess | None:
         while waiting:
             warm = waiting.pop()
             if warm.alive():
-                _busy.add(warm)
                 return warm
             warm.close()
     return None
@@ -179,7 +176,7 @@ class WarmProcess:
         answer = warm._receive() if warm._send(spec) else None
         if not (answer or {}).get("ready"):
             warm.close()
-            _say_once(key, (answer or {}).get("why") or "the warm process did not start")
+            _refuse(key, (answer or {}).get("why") or "the warm process did not start")
             return None
         return warm
 
@@ -295,16 +292,12 @@ def _preload(objective: str | None, modules: list[str]) -> str | None:
     """Import what trials will need; why forking this process would be
     unsafe, or None. An import that fails is left to the trial, which
     reports it as it would in a fresh process."""
-    import importlib
-
     for name in modules:
         try:
             importlib.import_module(name)
         except Exception:
             pass
     if objective and ":" in objective:
-        from hpo.trial._objective import resolve_objective
-
         try:
             resolve_objective(objective, path=[])
         except Exception:
@@ -313,8 +306,6 @@ def _preload(objective: str | None, modules: list[str]) -> str | None:
         os.close(os.pidfd_open(os.getpid()))
     except OSError:
         return "this kernel cannot wait for a forked trial (no pidfd_open: Linux 5.3 or newer)"
-    from hpo.trial._cpus import pool_controller
-
     pool_controller()  # the scan of its thread pools, done once for every trial it forks
     threads = len(os.listdir("/proc/self/task"))
     if threads > 1:
