@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> int:
                  storage=args.storage, runs_dir=args.runs_dir, progress=not args.quiet,
                  allow_changes=args.allow_changes)
     if simulated is not None:
-        print(f"simulated time: {simulated.now():,.0f} s on {simulated.slots} slots, with hpo's "
+        print(f"simulated time: {simulated.clock.now():,.0f} s on {simulated.slots} slots, with hpo's "
               f"costs: {simulated.costs.describe()}", file=sys.stderr)
     _print_pareto(result)
     print(result.table(limit=_STATUS_ROWS))

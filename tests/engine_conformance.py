@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import hpo
-from hpo.engines import Engine, FollowsTasks
+from hpo.engines import Engine, FollowsTasks, gather
 from hpo.master import task_over
 from hpo.search import create_study
 from hpo.space import StudySpec, parse_spec
@@ -141,6 +142,18 @@ class EngineConformance:
         run_dir = tmp_path / "toobig"
         assert not (run_dir / "journal.log").exists() or hpo.StudyResult.load(run_dir).trials == []
 
+    def test_submit_returns_a_future_done_when_its_task_is_over(self, kit, tmp_path):
+        spec = parse_spec(toy_space("future", "hpo.examples.toy:sleep", space={"sleep_s": [0.0]}))
+        (task,) = stored_tasks(spec, tmp_path / "future")
+        with kit.engine(spec) as engine:
+            follow_the_store(engine, task)
+            future = engine.submit(task)
+            assert isinstance(future, Future)
+            settle_all(engine, [future])
+            assert future.done() and not future.cancelled()
+        (trial,) = RunDir(tmp_path / "future").open_store().trials()
+        assert trial.state.name == "COMPLETE"
+
     def test_a_queued_task_is_cancelled(self, kit, tmp_path):
         spec = parse_spec(toy_space("cancel", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.5},
                                     space={"x": list(range(kit.slots + 3))}))
@@ -149,7 +162,7 @@ class EngineConformance:
         with kit.engine(spec) as engine:
             follow_the_store(engine, tasks[0])
             handles = [engine.submit(task) for task in tasks[:-1]]
-            engine.cancel(handles.pop())  # queued behind a full set of running tasks
+            handles.pop().cancel()  # queued behind a full set of running tasks
             # Queued after it: the queue runs in order, so once this task has
             # run to its end, the cancelled one would have started before it.
             handles.append(engine.submit(later))
@@ -269,14 +282,15 @@ def stored_tasks(spec: StudySpec, run_path: Path) -> list[TrialTask]:
     return tasks
 
 
-def settle_all(engine: Engine, handles: list, timeout: float = 120) -> None:
+def settle_all(engine: Engine, futures: list[Future], timeout: float = 120) -> None:
+    """Wait on ``futures`` through the engine's clock, as the master does, and gather each."""
     deadline = time.monotonic() + timeout
-    pending = list(handles)
+    pending = list(futures)
     while pending:
         assert time.monotonic() < deadline, "tasks did not finish"
-        for handle in engine.wait(pending, 0.5):
-            engine.settle(handle)
-            pending.remove(handle)
+        for future in engine.clock.wait(pending, 0.5):
+            gather(future)
+            pending.remove(future)
 
 
 def write_space(folder: Path, space: dict[str, Any]) -> Path:

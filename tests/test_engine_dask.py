@@ -124,7 +124,7 @@ def test_retries_map_to_dask_retries(dask_address, tmp_path):
             if retries is not None:
                 break
             time.sleep(0.05)
-        engine.cancel(future)
+        future.cancel()
     assert retries == 3
 
 

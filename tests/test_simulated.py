@@ -36,7 +36,7 @@ def test_trials_take_the_slots_in_turn_on_simulated_time(tmp_path):
     result = hpo.run(curves("turns", 10), engine=engine, runs_dir=tmp_path, progress=False)
     assert result.counts["COMPLETE"] == 10 and all(t.steps == 10 for t in result.trials)
     # 10 trials on 4 slots: three rounds of (dispatch + 10 steps of 60 s).
-    assert engine.now() == pytest.approx(3 * (0.5 + 600.0))
+    assert engine.clock.now() == pytest.approx(3 * (0.5 + 600.0))
 
 
 def test_the_study_time_budget_is_simulated_time(tmp_path):
@@ -46,7 +46,7 @@ def test_the_study_time_budget_is_simulated_time(tmp_path):
     assert result.stop["reason"] == "timeout_s"
     # The master looks at its deadline as it passes; trials then running stop
     # at their next report, and those queued never start.
-    assert 900 <= engine.now() <= 960
+    assert 900 <= engine.clock.now() <= 960
     assert result.counts["COMPLETE"] == 2 and result.counts["STOPPED"] == 2
     assert result.counts["CANCELLED"] + result.counts["COMPLETE"] + result.counts["STOPPED"] == len(result.trials)
 
@@ -61,7 +61,7 @@ def test_a_trial_past_its_simulated_time_limit_times_out(tmp_path):
     assert by_step[20.0].state is hpo.TrialStatus.COMPLETE
     assert by_step[60.0].state is hpo.TrialStatus.TIMEOUT and by_step[60.0].steps == 4
     assert "time_limit_s=250" in by_step[60.0].error
-    assert engine.now() == pytest.approx(200 + 250)
+    assert engine.clock.now() == pytest.approx(200 + 250)
 
 
 def test_suspended_segments_pay_hpos_costs_of_save_start_and_restore(tmp_path):
@@ -74,7 +74,7 @@ def test_suspended_segments_pay_hpos_costs_of_save_start_and_restore(tmp_path):
     resumed = sum(e["kind"] == "resumed" for t in result.trials for e in t.events)
     tasks = 2 + resumed
     assert suspended >= 1 and resumed == suspended  # on one slot: everything in a row
-    assert engine.now() == pytest.approx(2 * 600 + tasks * 1.0 + suspended * 100.0 + resumed * 1010.0)
+    assert engine.clock.now() == pytest.approx(2 * 600 + tasks * 1.0 + suspended * 100.0 + resumed * 1010.0)
 
 
 def test_the_same_study_takes_the_same_decisions_every_run(tmp_path):
@@ -89,7 +89,7 @@ def test_the_same_study_takes_the_same_decisions_every_run(tmp_path):
     for attempt in range(2):
         engine = SimulatedEngine(slots=8)
         result = hpo.run(space, engine=engine, runs_dir=tmp_path / str(attempt), progress=False)
-        runs.append(({t.number: (t.state, t.steps) for t in result.trials}, engine.now()))
+        runs.append(({t.number: (t.state, t.steps) for t in result.trials}, engine.clock.now()))
     assert runs[0] == runs[1]
     assert any(state is hpo.TrialStatus.PRUNED for state, _ in runs[0][0].values())
 

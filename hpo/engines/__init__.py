@@ -10,7 +10,17 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from hpo.engines._base import Abandons, Engine, FollowsTasks, HasInventory, ReachesEveryWorker
+from hpo.engines._base import (
+    Abandons,
+    Engine,
+    FollowsTasks,
+    HasInventory,
+    MasterClock,
+    ReachesEveryWorker,
+    SubmitsMany,
+    WallClock,
+    gather,
+)
 from hpo.engines._compss import CompssEngine, under_compss_runtime
 from hpo.engines._dask import DaskEngine
 from hpo.engines._inline import InlineEngine
@@ -22,7 +32,8 @@ from hpo.registry import ENGINES
 if TYPE_CHECKING:
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ReachesEveryWorker", "Abandons", "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine",
+__all__ = ["Engine", "MasterClock", "WallClock", "gather", "SubmitsMany", "ReachesEveryWorker", "Abandons",
+           "HasInventory", "FollowsTasks", "DaskEngine", "CompssEngine",
            "InlineEngine", "SimulatedEngine", "SimulatedCosts", "SimulatedTime", "make_engine",
            "default_engine_name", "under_compss_runtime", "visible_gpus", "trials_per_node"]
 

@@ -1,13 +1,20 @@
-"""The engine interface: how trial tasks run (Parsl's executor shape).
+"""The engine interface: how trial tasks run, in Parsl's executor shape.
 
-An engine starts, submits trial tasks and returns opaque handles, says which
-handles finished, settles finished ones, cancels, and shuts down. What only
-some engines can do is a capability of its own, a protocol the master checks
-with ``isinstance``: :class:`Abandons`, :class:`ReachesEveryWorker`,
-:class:`HasInventory`, :class:`FollowsTasks`. Trial
-outcomes are not passed back through the engine: the worker wrote them to the
-store, which the master reads. An engine opens no store. Engines are chosen by name through
-:data:`hpo.registry.ENGINES`, or passed as objects to ``hpo.run``.
+An engine starts, takes trial tasks with :meth:`Engine.submit` and returns a
+:class:`concurrent.futures.Future` for each, says how many run at once, and
+shuts down. The master waits on the futures through the engine's
+:class:`MasterClock` (the wall clock, or an engine's simulated one), gathers a
+finished task with ``future.result()`` (it raises when the task itself
+failed, never for the trial: user errors are records) and cancels a queued
+one with ``future.cancel()``.
+
+What only some engines can do is a capability of its own, a protocol the
+master checks with ``isinstance``: :class:`SubmitsMany`, :class:`Abandons`,
+:class:`ReachesEveryWorker`, :class:`HasInventory`, :class:`FollowsTasks`.
+Trial outcomes are not passed back through the engine: the worker wrote
+them to the store, which the master reads. An engine opens no store. Engines
+are chosen by name through :data:`hpo.registry.ENGINES`, or passed as objects
+to ``hpo.run``.
 
 A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 """
@@ -15,8 +22,10 @@ A new engine passes ``tests/engine_conformance.py`` by supplying a fixture.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hpo.errors import UsageError
@@ -26,15 +35,54 @@ if TYPE_CHECKING:
     from hpo.allocation import Inventory
     from hpo.space import StudySpec
 
-__all__ = ["Engine", "ReachesEveryWorker", "FollowsTasks", "HasInventory", "Abandons"]
+__all__ = ["Engine", "MasterClock", "WallClock", "gather", "SubmitsMany", "ReachesEveryWorker",
+           "FollowsTasks", "HasInventory", "Abandons"]
 
-Handle = Any
+
+class MasterClock(abc.ABC):
+    """What the master reads time from and waits on futures with: its
+    deadlines, heartbeat checks and waits go through its engine's clock, so
+    an engine that simulates time (and its tasks) moves it."""
+
+    #: The longest the master waits before looking at the clock again (its
+    #: deadlines, silent trials), in the clock's seconds.
+    poll_s: float = 0.5
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """Seconds, monotonic."""
+
+    @abc.abstractmethod
+    def wait(self, futures: Collection[Future], timeout: float) -> set[Future]:
+        """Block up to ``timeout`` s until one of ``futures`` is done; the done ones."""
+
+
+class WallClock(MasterClock):
+    """Real time: ``time.monotonic`` and :func:`concurrent.futures.wait`."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait(self, futures: Collection[Future], timeout: float) -> set[Future]:
+        if not futures:
+            return set()
+        done, _ = concurrent.futures.wait(futures, timeout, concurrent.futures.FIRST_COMPLETED)
+        return done
+
+
+def gather(future: Future) -> None:
+    """Take a finished task's end: raise what made the task itself fail (an
+    engine fault); a cancelled task has nothing to gather."""
+    if not future.cancelled():
+        future.result()
 
 
 class Engine(abc.ABC):
     """Runs :func:`hpo.trial.run_trial` for each submitted :class:`TrialTask`."""
 
     name: str = "engine"
+    #: What the master reads time from and waits with.
+    clock: MasterClock = WallClock()
 
     @property
     def local(self) -> bool:
@@ -81,42 +129,25 @@ class Engine(abc.ABC):
     def slots(self) -> int:
         """How many trials can run at once."""
 
-    #: The longest the master waits on the engine before looking at its clock
-    #: again (its deadlines, silent trials), in the engine's seconds.
-    poll_s: float = 0.5
-
-    def now(self) -> float:
-        """The master's clock, in seconds (monotonic): its deadlines and
-        heartbeat checks read it here, so an engine that simulates time
-        (and its tasks) can advance it."""
-        return time.monotonic()
-
     @abc.abstractmethod
-    def submit(self, task: TrialTask, priority: bool = False) -> Handle:
-        """Start ``task`` (or queue it) and return a handle. A ``priority``
-        task goes ahead of queued ones: the segment a scheduling policy chose."""
-
-    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list[Handle]:
-        """Start several tasks at once (a master filling its slots); an engine
-        that can hand them over in one go does."""
-        return [self.submit(task, priority) for task in tasks]
-
-    @abc.abstractmethod
-    def wait(self, handles: Sequence[Handle], timeout: float) -> list[Handle]:
-        """Block up to ``timeout`` s until one of ``handles`` is over; return
-        those that are over (finished, failed or cancelled)."""
-
-    @abc.abstractmethod
-    def settle(self, handle: Handle) -> None:
-        """Gather a finished task: raise if the task itself failed (not the
-        trial: user errors are records), and release what the engine holds."""
-
-    @abc.abstractmethod
-    def cancel(self, handle: Handle) -> None:
-        """Cancel a task that has not started yet (a running one is left to end)."""
+    def submit(self, task: TrialTask, priority: bool = False) -> Future:
+        """Start ``task`` (or queue it); its future is done when the task is
+        over (finished, failed or cancelled). A ``priority`` task goes ahead
+        of queued ones: the segment a scheduling policy chose. Cancelling
+        the future cancels the task if it has not started (a running one is
+        left to end: its trial is told to stop through the store)."""
 
     def shutdown(self) -> None:
         """Release what :meth:`start` acquired."""
+
+
+@runtime_checkable
+class SubmitsMany(Protocol):
+    """An engine that takes several tasks in one message (Dask's
+    ``Client.map``), as the master does filling its slots."""
+
+    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list[Future]:
+        """:meth:`Engine.submit` for each of ``tasks``, in order."""
 
 
 @runtime_checkable
@@ -137,8 +168,8 @@ class Abandons(Protocol):
     and the attempt, should it come back, is fenced off by the store; an
     engine without it has the task cancelled."""
 
-    def abandon(self, handle: Handle) -> None:
-        """Give up ``handle``'s task and what holds it."""
+    def abandon(self, future: Future) -> None:
+        """Give up ``future``'s task and what holds it."""
 
 
 @runtime_checkable
@@ -154,7 +185,7 @@ class HasInventory(Protocol):
 class FollowsTasks(Protocol):
     """An engine with no wait-any of its own (COMPSs) that asks the master,
     from its replica of the store, whether a task is over (its trial
-    finished, suspended again, or fell silent)."""
+    finished, suspended again, or fell silent), to complete its futures."""
 
     def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
         """Keep ``is_over`` to ask."""

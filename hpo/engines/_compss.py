@@ -2,10 +2,10 @@
 
 Kept thin: it declares nothing itself (see ``_compss_tasks``) and only maps the
 engine interface onto ``compss_wait_on``, ``TaskGroup`` and
-``compss_cancel_group``. COMPSs has no wait-any, so :meth:`CompssEngine.wait`
-asks the master which trials are over (their workers stored it before their
-tasks ended: see :meth:`Engine.follow`), and ``compss_wait_on`` is only
-called on those.
+``compss_cancel_group``. COMPSs has no wait-any, so the engine's futures are
+completed by a thread that asks the master which trials are over (their
+workers stored it before their tasks ended: see :class:`FollowsTasks`), and
+``compss_wait_on`` is only called, on the master's thread, on those.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import itertools
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future
 from typing import Any
 
 from hpo.engines._base import Engine
@@ -27,7 +28,10 @@ from hpo.trial import TrialTask
 
 __all__ = ["CompssEngine", "under_compss_runtime", "node_memory_gb"]
 
+# The worker stores the outcome just before its task returns: the return is
+# given this long, so that compss_wait_on never blocks.
 _RETURN_GRACE_S = 0.2
+_LOOK_S = 0.1  # how often the store is asked which tasks are over
 
 
 def under_compss_runtime() -> bool:
@@ -53,11 +57,24 @@ def node_memory_gb() -> float | None:
         return None
 
 
-@dataclass(frozen=True, eq=False)
-class _Submitted:
-    group: str
-    future: Any
-    task: TrialTask
+class CompssTask(Future):
+    """The master's future of a COMPSs task: done when the store says its
+    trial's task is over; its result is ``compss_wait_on``'s (None for a task
+    whose worker died), and cancelling it cancels its task group. Both run
+    on the thread that asks, the master's."""
+
+    def __init__(self, api: Any, group: str, compss_future: Any, task: TrialTask) -> None:
+        super().__init__()
+        self._api, self.group, self.compss, self.task = api, group, compss_future, task
+
+    def result(self, timeout: float | None = None) -> Any:
+        super().result(timeout)
+        return self._api.compss_wait_on(self.compss)
+
+    def cancel(self) -> bool:
+        if not self.done():
+            self._api.compss_cancel_group(self.group)
+        return super().cancel()
 
 
 class CompssEngine(Engine):
@@ -147,8 +164,10 @@ class CompssEngine(Engine):
         self._tasks: Any = None  # hpo.engines._compss_tasks and pycompss.api.api, once started
         self._api: Any = None
         self._count = itertools.count()
-        self._over_since: dict[_Submitted, float] = {}
+        self._live: dict[CompssTask, float | None] = {}  # not done yet: since when the store says over
         self._is_over: Callable[[TrialTask], bool] = lambda task: False
+        self._closing = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def follow(self, is_over: Callable[[TrialTask], bool]) -> None:
         self._is_over = is_over
@@ -179,17 +198,28 @@ class CompssEngine(Engine):
                                node_memory_gb())
             self._slots = max(1, self.fit([here] * nodes, self._nodes))
 
+    def shutdown(self) -> None:
+        self._closing.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
+
     @property
     def slots(self) -> int:
         return self._slots or 1
 
-    def submit(self, task: TrialTask, priority: bool = False) -> _Submitted:
+    def submit(self, task: TrialTask, priority: bool = False) -> CompssTask:
         # A group per task (not per trial): a trial run in segments has several.
         group = f"hpo-{task.study_name}-{task.number}-{next(self._count)}"
         shape = self._shape(task.cpus, int(task.gpus), task.memory_gb, task.time_limit_s, task.nodes)
         with self._api.TaskGroup(group, implicit_barrier=False):
-            future = self._tasks.trial_task(shape, priority)(task)
-        return _Submitted(group, future, task)
+            future = CompssTask(self._api, group, self._tasks.trial_task(shape, priority)(task), task)
+        self._live[future] = None
+        if self._watcher is None:  # the first task: someone must follow it
+            self._closing.clear()
+            self._watcher = threading.Thread(target=self._watch, name="hpo-compss-watch", daemon=True)
+            self._watcher.start()
+        return future
 
     def _shape(self, cpus: int, gpus: int, memory_gb: float | None, time_limit_s: float | None,
                nodes: int = 1) -> Any:
@@ -201,27 +231,25 @@ class CompssEngine(Engine):
             print(warning, file=sys.stderr, flush=True)
         return self._tasks.TaskShape.of(cpus, gpus, memory_gb, time_limit_s, nodes)
 
-    def wait(self, handles: Sequence[_Submitted], timeout: float) -> list[_Submitted]:
-        deadline = time.monotonic() + timeout
-        while True:
+    def _watch(self) -> None:
+        """Until shutdown: complete the futures of the tasks the store says
+        are over, once their return had its moment."""
+        while not self._closing.wait(_LOOK_S):
             now = time.monotonic()
-            for handle in handles:
-                if handle not in self._over_since and self._is_over(handle.task):
-                    self._over_since[handle] = now
-            # The worker stores the outcome just before its task returns: give
-            # the return a moment, so that compss_wait_on never blocks.
-            done = [h for h in handles if now - self._over_since.get(h, now) >= _RETURN_GRACE_S]
-            if done or now >= deadline:
-                for handle in done:
-                    del self._over_since[handle]
-                return done
-            time.sleep(min(0.1, max(deadline - now, 0.0)))
-
-    def settle(self, handle: _Submitted) -> None:
-        # Finished already: the store said so. A task whose worker died ends
-        # as None (on_failure="IGNORE"); its trial is still RUNNING in the
-        # store, and the master resumes it from its checkpoint.
-        self._api.compss_wait_on(handle.future)
-
-    def cancel(self, handle: _Submitted) -> None:
-        self._api.compss_cancel_group(handle.group)
+            for future, since in list(self._live.items()):
+                if future.cancelled():
+                    del self._live[future]
+                elif since is None:
+                    try:
+                        over = self._is_over(future.task)
+                    except Exception as exc:  # the store unreadable: the master gathers why
+                        del self._live[future]
+                        if future.set_running_or_notify_cancel():
+                            future.set_exception(exc)
+                        continue
+                    if over:
+                        self._live[future] = now
+                elif now - since >= _RETURN_GRACE_S:
+                    del self._live[future]
+                    if future.set_running_or_notify_cancel():
+                        future.set_result(None)

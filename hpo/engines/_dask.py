@@ -12,11 +12,12 @@ import json
 import logging
 import math
 import os
-import queue
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +28,7 @@ from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
 from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.store import TrialLink
-from hpo.trial import SILENT_HEARTBEATS, TrialTask, heartbeat_s, note_awake, run_trial, silence_s
+from hpo.trial import SILENT_HEARTBEATS, Awake, TrialTask, heartbeat_s, run_trial, silence_s
 
 __all__ = ["DaskEngine"]
 
@@ -84,12 +85,10 @@ class DaskEngine(Engine):
         self._cluster: Any = None
         self._declares_cpu = False  # whether workers offer a CPU resource to ask for
         self._slots = 0
-        # Done-callbacks feed this queue: completion is learned without a
-        # round trip to the scheduler.
-        self._done: queue.Queue = queue.Queue()
-        self._over: dict[str, Any] = {}  # tasks over, by key, until a wait is asked about them
-        self._looked = time.monotonic()  # when the workers holding tasks were last looked at
+        self._live: dict[str, DaskTask] = {}  # tasks not over yet, by key
         self._moved: set[str] = set()  # keys of tasks whose hung worker was taken out
+        self._closing = threading.Event()
+        self._watcher: threading.Thread | None = None
         if scheduler is None:  # the embedded cluster runs on this machine
             big_cpus, big_gpus, nodes = self.largest
             if nodes > 1:
@@ -114,6 +113,9 @@ class DaskEngine(Engine):
         else:  # the site's scheduler: its security is the site's (Dask's configuration)
             self.client = self._reach(self.scheduler)
         self._plan_resources()
+        self._closing.clear()
+        self._watcher = threading.Thread(target=self._watch, name="hpo-dask-watch", daemon=True)
+        self._watcher.start()
 
     @staticmethod
     def _reach(scheduler: str):
@@ -204,19 +206,17 @@ class DaskEngine(Engine):
         host = urlsplit(self.client.scheduler.address).hostname or ""
         return host == "localhost" or host == "::1" or host.startswith("127.")
 
-    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list:
+    def submit_many(self, tasks: Sequence[TrialTask], priority: bool = False) -> list[Future]:
         """Tasks the master placed nowhere in particular go to the scheduler
         in one message (``Client.map``: a tenth of a submit each)."""
         plain = [t for t in tasks if not t.workers]
         if len(plain) < 2 or len({(t.cpus, t.gpus) for t in plain}) > 1:
-            return super().submit_many(tasks, priority)
+            return [self.submit(task, priority) for task in tasks]
         first = plain[0]
         futures = self.client.map(
             run_trial, plain, key=[self._key(t) for t in plain], pure=False, retries=self.retries,
             resources=self._requests(first.cpus, first.gpus) or None, priority=1 if priority else 0)
-        for future in futures:
-            future.add_done_callback(self._done.put)
-        by_task = dict(zip(map(id, plain), futures))
+        by_task = {id(t): self._follow(f) for t, f in zip(plain, futures)}
         return [by_task[id(t)] if id(t) in by_task else self.submit(t, priority) for t in tasks]
 
     @staticmethod
@@ -225,7 +225,7 @@ class DaskEngine(Engine):
         # arguments must never collapse into one Dask task.
         return f"hpo-{task.study_name}-{task.number}-{uuid.uuid4().hex[:8]}"
 
-    def submit(self, task: TrialTask, priority: bool = False):
+    def submit(self, task: TrialTask, priority: bool = False) -> Future:
         key = self._key(task)
         resources = self._requests(task.cpus, task.gpus) or None
         workers = list(task.workers[:1]) if task.workers else None
@@ -238,85 +238,96 @@ class DaskEngine(Engine):
                 hold_node, task, key, key=f"{key}-node{rank}", pure=False, resources=resources,
                 priority=1 if priority else 0, workers=[worker], allow_other_workers=False)
                 for rank, worker in enumerate(task.workers[1:], start=1)]
-        future.add_done_callback(self._done.put)
-        return future
+        return self._follow(future)
 
-    def wait(self, handles: Sequence, timeout: float) -> list:
-        self._take_out_hung_holders(handles)
-        wanted = {h.key for h in handles}
-        if not any(key in self._over for key in wanted):
-            try:
-                self._note_over(self._done.get(timeout=timeout))
-            except queue.Empty:
-                pass
+    def _follow(self, dask_future: Any) -> DaskTask:
+        """The master's future of a Dask task. Completion is learned from
+        Dask's done-callback, without a round trip to the scheduler."""
+        task = DaskTask(self, dask_future)
+        self._live[task.key] = task
+        dask_future.add_done_callback(lambda _: self._over(task))
+        return task
+
+    def _over(self, task: DaskTask) -> None:
+        """A Dask task is over (on Dask's callback thread): its outcome goes
+        to the master's future, and what Dask holds for it is let go."""
+        self._live.pop(task.key, None)
+        error: BaseException | None = None
         try:
-            while True:
-                self._note_over(self._done.get_nowait())
-        except queue.Empty:
-            pass
-        # Tasks over that were not asked about stay noted for a later wait.
-        return [self._over.pop(key) for key in list(self._over) if key in wanted]
-
-    def _note_over(self, future) -> None:
-        self._over[future.key] = future
-
-    def settle(self, handle) -> None:
-        self._moved.discard(handle.key)
-        self._over.pop(handle.key, None)
-        if handle.status == "cancelled" and self.client.status != "running":
-            # Cancelled by the client itself: it lost the scheduler. The task
-            # may still run on its worker, which writes its result to the store.
-            raise EngineLost(f"lost the Dask scheduler at {self.scheduler} (the client is "
-                             f"{self.client.status})")
-        try:
-            if handle.status != "finished":
-                handle.result()  # raises the task's error; a success is not fetched
+            if task.dask.status == "cancelled" and self.client.status != "running":
+                # Cancelled by the client itself: it lost the scheduler. The task
+                # may still run on its worker, which writes its result to the store.
+                error = EngineLost(f"lost the Dask scheduler at {self.scheduler} (the client is "
+                                   f"{self.client.status})")
+            elif task.dask.status != "finished":
+                task.dask.result()  # raises the task's error; a success is not fetched
+        except BaseException as exc:  # the task's own failure, for the master to gather
+            error = exc
         finally:
-            handle.release()  # don't keep results on workers (lost workers would recompute them)
-            self._release_nodes(handle.key)
+            self._let_go(task)
+        try:
+            task.set_result(None) if error is None else task.set_exception(error)
+        except InvalidStateError:
+            pass  # the master cancelled it meanwhile
 
-    def cancel(self, handle) -> None:
-        self._moved.discard(handle.key)
-        self._over.pop(handle.key, None)
-        handle.cancel()
-        self._release_nodes(handle.key)
+    def _let_go(self, task: DaskTask) -> None:
+        """Release a task's Dask future (a lost worker would recompute a
+        result kept on it) and its trial's other nodes."""
+        self._moved.discard(task.key)
+        try:
+            task.dask.release()
+            self._release_nodes(task.key)
+        except Exception:  # the client is closing: the cluster lets go of it anyway
+            pass
 
-    def abandon(self, handle) -> None:
+    def cancel(self, task: DaskTask) -> None:
+        """Cancel ``task``'s Dask task (a running one's result is dropped:
+        its trial is told to stop through the store)."""
+        task.dask.cancel()
+        self._let_go(task)
+
+    def abandon(self, task: DaskTask) -> None:
         """The worker running the task is taken out of the cluster: Dask
         would keep counting on a hung worker that keeps its connection until
         its own timeout (minutes), and send it the trial again. A task whose
         worker was taken out already (:meth:`_take_out_hung_holders`) is
         only cancelled: the worker Dask gave it to since is not the silent one."""
-        def hung_worker(dask_scheduler, key: str = handle.key) -> str | None:
+        def hung_worker(dask_scheduler, key: str = task.key) -> str | None:
             task = dask_scheduler.tasks.get(key)
             worker = task.processing_on if task is not None else None
             return worker.address if worker is not None else None
 
         try:
-            address = None if handle.key in self._moved else self.client.run_on_scheduler(hung_worker)
+            address = None if task.key in self._moved else self.client.run_on_scheduler(hung_worker)
             if address is not None:
                 self._take_out(address, "stopped answering for its trial; it is taken out of the "
                                         "cluster, and the trial runs again elsewhere")
         finally:
-            self.cancel(handle)
+            task.cancel()
 
-    def _take_out_hung_holders(self, handles: Sequence) -> None:
-        """Take out of the cluster a worker that holds one of ``handles`` it
+    def _watch(self) -> None:
+        """Once a heartbeat, until shutdown: take out the hung workers
+        holding tasks they never started."""
+        awake = Awake(looks_every_s=heartbeat_s())  # this thread's own: it may be stopped with the master
+        while not self._closing.wait(heartbeat_s()):
+            awake_for = time.time() - awake.note()
+            self._take_out_hung_holders([key for key, task in list(self._live.items()) if not task.done()],
+                                        awake_for)
+
+    def _take_out_hung_holders(self, keys: list[str], awake_for: float) -> None:
+        """Take out of the cluster a worker that holds one of the tasks ``keys`` it
         never said it started, and that Dask has heard nothing from for a
         silence window (stopped, swapping, cut off, yet connected): Dask
         then gives its tasks to other workers. The task's trial, not
         started, has no heartbeat to fall silent, and Dask would wait for
         its worker-ttl (minutes). Silence counts from when this process
-        woke, if it slept (an embedded scheduler slept with it). Looked at
-        once a heartbeat."""
-        awake_for = time.time() - note_awake()
-        now = time.monotonic()
-        if not handles or now - self._looked < heartbeat_s() or self.client.status != "running":
+        woke, if it slept (an embedded scheduler slept with it): it has
+        been awake for ``awake_for`` s."""
+        if not keys or self.client is None or self.client.status != "running":
             return
-        self._looked = now
         try:
-            holders = self._unheard_holders([h.key for h in handles])
-        except Exception:  # the scheduler is gone or busy: settle() says so, or the next look
+            holders = self._unheard_holders(keys)
+        except Exception:  # the scheduler is gone or busy: the task's future says so, or the next look
             return
         for address, (unheard_s, enough_s, keys) in holders.items():
             if min(unheard_s, awake_for) >= max(silence_s(), enough_s):
@@ -380,6 +391,10 @@ class DaskEngine(Engine):
                 holder.release()
 
     def shutdown(self) -> None:
+        self._closing.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
         if self.client is not None:
             if self.client.status != "running":  # lost its scheduler: closing logs a traceback
                 logging.getLogger("distributed.client").setLevel(logging.CRITICAL)
@@ -397,6 +412,22 @@ class DaskEngine(Engine):
             logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
             self._cluster.close()
         self.client = self._cluster = None
+
+
+class DaskTask(Future):
+    """The master's future of a Dask task (a ``concurrent.futures.Future``,
+    done when the Dask task is over); cancelling it cancels the Dask task."""
+
+    def __init__(self, engine: DaskEngine, dask_future: Any) -> None:
+        super().__init__()
+        self.key: str = dask_future.key
+        self.dask = dask_future
+        self._engine = engine
+
+    def cancel(self) -> bool:
+        if not self.done():
+            self._engine.cancel(self)
+        return super().cancel()
 
 
 # The embedded cluster's workers run this module's dask_setup as they start.

@@ -5,8 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import replace
 
 from hpo.engines._base import Engine
@@ -81,17 +80,6 @@ class InlineEngine(Engine):
             except Exception as exc:  # an infrastructure fault (store unreachable...)
                 if attempt == self.retries:
                     future.set_exception(exc)
-
-    def wait(self, handles: Sequence[Future], timeout: float) -> list[Future]:
-        done, _ = wait(handles, timeout, return_when=FIRST_COMPLETED) if handles else (set(), None)
-        return [h for h in handles if h in done]
-
-    def settle(self, handle: Future) -> None:
-        if not handle.cancelled():
-            handle.result()
-
-    def cancel(self, handle: Future) -> None:
-        handle.cancel()  # only a queued task: the running one is left to end
 
     def shutdown(self) -> None:
         # A trial still running when the study stops was told to stop (target,

@@ -5,9 +5,9 @@ simulated. Each trial runs :func:`hpo.trial.run_trial` in a thread of its
 own whose clock is the engine's: the objective says what each step costs
 with :meth:`hpo.Trial.elapse`, and the engine lets simulated time pass in
 order of those costs, one trial at a time, while the master waits on it
-(discrete-event simulation with threads). The master reads the same clock
-(:meth:`Engine.now`), so pruners, quanta, time limits and the study's time
-budget decide on simulated time. What hpo itself costs is added as
+(discrete-event simulation with threads). The master reads and waits on the
+same clock (the engine's ``clock``), so pruners, quanta, time limits and the
+study's time budget decide on simulated time. What hpo itself costs is added as
 :class:`SimulatedCosts`.
 """
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hpo.engines._base import Engine
+from hpo.engines._base import Engine, MasterClock
 from hpo.errors import UsageError
 from hpo.trial import TaskInterrupted, TrialOutcome, TrialStatus, TrialTask, run_trial, using_clock
 
@@ -78,7 +78,7 @@ class _Shutdown(BaseException):
     ``Exception``: no objective's handler takes it for its own)."""
 
 
-class SimulatedTime:
+class SimulatedTime(MasterClock):
     """The engine's clock, shared by the master and the trial threads.
 
     A trial thread is *busy* while it runs code, asleep while it waits in
@@ -87,6 +87,8 @@ class SimulatedTime:
     again or ends. That keeps the order of events (and so every decision)
     the same from run to run.
     """
+
+    poll_s = 60.0  # the master wakes at each trial's end anyway: no need to poll often
 
     def __init__(self) -> None:
         self._now = 0.0
@@ -147,6 +149,12 @@ class SimulatedTime:
                 self._busy += 1
                 event.set()
 
+    def wait(self, futures: Collection[Future], timeout: float) -> set[Future]:
+        """Let up to ``timeout`` s of simulated time pass, until one of
+        ``futures`` is done (the master waiting on its trials)."""
+        self.advance(self._now + timeout, lambda: any(f.done() for f in futures))
+        return {f for f in futures if f.done()}
+
     def close(self) -> None:
         """Wake every sleeper to end (a study stopped with trials asleep)."""
         with self._lock:
@@ -190,7 +198,6 @@ class SimulatedEngine(Engine):
     """
 
     name = "simulated"
-    poll_s = 60.0  # the master wakes at each trial's end anyway: no need to poll often
 
     def __init__(self, slots: int = 1, costs: SimulatedCosts | None = None) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= MAX_SLOTS:
@@ -198,7 +205,7 @@ class SimulatedEngine(Engine):
                              "  fix: pass --workers N with N in that range")
         self._slots = slots
         self.costs = costs or SimulatedCosts()
-        self.time = SimulatedTime()
+        self.clock: SimulatedTime = SimulatedTime()
         self._queue: list[tuple[int, int, TrialTask, Future]] = []
         self._order = itertools.count()
         self._running = 0
@@ -214,9 +221,6 @@ class SimulatedEngine(Engine):
     @property
     def slots(self) -> int:
         return self._slots
-
-    def now(self) -> float:
-        return self.time.now()
 
     def submit(self, task: TrialTask, priority: bool = False) -> Future:
         # The objective runs in this process, on the engine's clock, never in a
@@ -238,14 +242,14 @@ class SimulatedEngine(Engine):
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._running += 1
-            self.time.busy()
+            self.clock.busy()
             threading.Thread(target=self._run, args=(task, future), daemon=True,
                              name=f"hpo-simulated-{task.number}").start()
 
     def _run(self, task: TrialTask, future: Future) -> None:
-        started = self.time.now()
+        started = self.clock.now()
         limit = task.time_limit_s if task.time_limit_s is not None else float("inf")
-        clock = _TrialClock(self.time, started + limit)
+        clock = _TrialClock(self.clock, started + limit)
         try:
             with using_clock(clock):
                 clock.sleep(self._start_cost(task))
@@ -263,26 +267,15 @@ class SimulatedEngine(Engine):
             with self._lock:
                 self._running -= 1
             self._start_queued()  # the next one starts at this moment
-            self.time.done()
+            self.clock.done()
 
     def _start_cost(self, task: TrialTask) -> float:
         resumed = task.after_segment >= 0
         return self.costs.dispatch_s + (self.costs.start_s + self.costs.restore_s if resumed else 0.0)
-
-    def wait(self, handles: Sequence[Future], timeout: float) -> list[Future]:
-        self.time.advance(self.time.now() + timeout, lambda: any(h.done() for h in handles))
-        return [h for h in handles if h.done()]
-
-    def settle(self, handle: Future) -> None:
-        if not handle.cancelled():
-            handle.result()
-
-    def cancel(self, handle: Future) -> None:
-        handle.cancel()  # only a queued task: a running one is told to stop through the store
 
     def shutdown(self) -> None:
         with self._lock:
             for *_, future in self._queue:
                 future.cancel()
             self._queue.clear()
-        self.time.close()
+        self.clock.close()

@@ -10,7 +10,8 @@
   failing alike stop the study.
 
 The allocator (:mod:`hpo.allocation`) is the master's too; the loop uses it
-through its public face. Time is read from the engine (``Engine.now``).
+through its public face. Time and completions are read from the engine's
+clock (``Engine.clock``).
 """
 
 from hpo.master._fail_fast import MIN_SAME_FAILURES, FailFast, failures_to_stop

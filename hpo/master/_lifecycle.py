@@ -21,12 +21,13 @@ import socket
 import sys
 import time
 from collections.abc import MutableMapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from hpo.engines import Engine
+from hpo.engines import Engine, gather
 from hpo.errors import EngineLost, StoreUnavailable
 from hpo.store import MACHINE_FAULTS, StudyStore, process_alive, unwritable
 from hpo.store.records import (
@@ -62,7 +63,7 @@ class InFlight:
     """A task the engine holds for a trial."""
 
     task: TrialTask
-    handle: Any
+    future: Future  # the engine's, done when the task is over
     # When it was handed to the engine (read before the hand-over: the task
     # may start at once): only an attempt started since is this task's.
     submitted_at: float
@@ -185,16 +186,17 @@ def task_over(store: StudyStore, task: TrialTask) -> bool:
 
 
 def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
-    """The numbers of the in-flight trials whose task is over (waits up to ``timeout`` s)."""
-    done = {id(h) for h in engine.wait([f.handle for f in flights.values()], timeout)}
-    return [number for number, flight in flights.items() if id(flight.handle) in done]
+    """The numbers of the in-flight trials whose task is over (waits up to
+    ``timeout`` s of the engine's clock)."""
+    done = engine.clock.wait([f.future for f in flights.values()], timeout)
+    return [number for number, flight in flights.items() if flight.future in done]
 
 
 
 def fallen_silent(store: StudyStore, flights: Flights, looked: list[float], now: float) -> list[int]:
     """In-flight trials whose attempt fell silent while the engine still
     holds their task (a worker hung, stopped, or cut off, yet still
-    connected): to be given up (``Engine.abandon``) and resumed elsewhere at
+    connected): to be given up (``Abandons.abandon``) and resumed elsewhere at
     once; the attempt, should it come back, is fenced off. Looked at once a
     heartbeat, with silence counted from when the master woke if it slept
     (:func:`hpo.trial.note_awake`). ``now`` is the engine's clock."""
@@ -214,12 +216,12 @@ def _started_since(trial: optuna.trial.FrozenTrial, submitted_at: float) -> bool
     return (run_of(trial).get("segment_started_at") or 0.0) >= submitted_at
 
 
-def collect(store: StudyStore, engine: Engine, flight: InFlight) -> optuna.trial.FrozenTrial:
+def collect(store: StudyStore, flight: InFlight) -> optuna.trial.FrozenTrial:
     """Gather a finished task; the trial as stored. A task the engine could not
     run to its end (a worker lost too often...) leaves its trial FAILED, unless
     the task gave the trial up first (cancelled): then it is resumed as lost."""
     try:
-        engine.settle(flight.handle)
+        gather(flight.future)
     except (EngineLost, StoreUnavailable):
         raise  # not this trial's failure: the master leaves, the trial stays resumable
     except Exception as exc:
@@ -269,27 +271,27 @@ def resume_lost(store: StudyStore, trial: optuna.trial.FrozenTrial, engine_retri
     return False
 
 
-def stop(store: StudyStore, engine: Engine, flights: Flights, reason: dict[str, Any]) -> None:
+def stop(store: StudyStore, flights: Flights, reason: dict[str, Any]) -> None:
     """Stop the study: running trials stop at their next check, queued tasks
     are cancelled, and a chosen segment that has not started ends STOPPED."""
     store.set_stop(reason)
-    cancel_pending(store, engine, flights, reason["reason"])
+    cancel_pending(store, flights, reason["reason"])
     for number, flight in list(flights.items()):
         trial = store.trial(flight.trial_id)
         if status_of(trial) is TrialStatus.SUSPENDED and not task_done(trial, flight.task.after_segment):
-            engine.cancel(flight.handle)  # its next segment has not started
+            flight.future.cancel()  # its next segment has not started
             stop_suspended(store, [flight.trial_id], reason)
             del flights[number]
 
 
-def cancel_pending(store: StudyStore, engine: Engine, flights: Flights, why: str,
+def cancel_pending(store: StudyStore, flights: Flights, why: str,
                    hand_back: bool = False) -> None:
     """Cancel the queued tasks of trials no worker has started: their trials
     end CANCELLED, or, handed back (a clean stop to be resumed), stay
     PENDING for the next run to start."""
     for number, flight in list(flights.items()):
         if status_of(store.trial(flight.trial_id)) is TrialStatus.PENDING:
-            engine.cancel(flight.handle)
+            flight.future.cancel()
             if not hand_back:
                 store.end_without_result(flight.trial_id, "cancelled", f"study stopped ({why})")
             del flights[number]
@@ -303,7 +305,7 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     running are handed back: the next run resumes them from their checkpoints."""
     store.set_stop({"reason": signal_name, "resume": True})
     grace = stop_grace_s()
-    cancel_pending(store, engine, flights, signal_name, hand_back=True)
+    cancel_pending(store, flights, signal_name, hand_back=True)
     if flights:
         again = "; Ctrl-C again exits at once" if signal_name == "SIGINT" else ""
         trials = "1 running trial" if len(flights) == 1 else f"{len(flights)} running trials"
@@ -314,10 +316,10 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     try:
         while flights and time.monotonic() < deadline:
             for number in finished(engine, flights, 0.2):
-                _release(engine, flights.pop(number).handle)  # a draining worker waits for that
+                _release(flights.pop(number).future)  # a draining worker waits for that
             for number in _gone(store, flights):  # nothing left to checkpoint: no wait
                 flight = flights.pop(number)
-                engine.cancel(flight.handle)  # not run again now: the next run resumes it
+                flight.future.cancel()  # not run again now: the next run resumes it
                 _hand_back(store, flight.trial_id)
     finally:
         for flight in flights.values():
@@ -343,9 +345,9 @@ def saved_no_checkpoint(trial: optuna.trial.FrozenTrial) -> bool:
             and run_of(trial).get("checkpoint_saved") is False)
 
 
-def _release(engine: Engine, handle: Any) -> None:
+def _release(future: Future) -> None:
     try:
-        engine.settle(handle)
+        gather(future)
     except Exception:
         pass  # its trial's record is in the store either way
 

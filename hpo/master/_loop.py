@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -24,7 +25,7 @@ import optuna
 
 from hpo.allocation import Allocator, PassThrough, make_allocator
 from hpo.data import remove_copies
-from hpo.engines import Abandons, Engine, FollowsTasks, HasInventory, ReachesEveryWorker
+from hpo.engines import Abandons, Engine, FollowsTasks, HasInventory, ReachesEveryWorker, SubmitsMany
 from hpo.errors import EngineLost, StopRequested
 from hpo.master import _lifecycle as lifecycle
 from hpo.master._fail_fast import FailFast
@@ -150,7 +151,8 @@ class Controller:
         window = parallel + allocator.ahead(parallel, self._queued(parallel))
         progress = ProgressLine(self.spec.max_trials, self.spec.metric.name, enabled=self.progress,
                                 slots=parallel)
-        deadline = self.engine.now() + (self.spec.search.timeout_s or float("inf"))
+        clock = self.engine.clock
+        deadline = clock.now() + (self.spec.search.timeout_s or float("inf"))
         stopping = exhausted = False
         tally = _Tally.of(store)
         failing = FailFast.of(store, parallel)  # the first trials all failing alike stop the study
@@ -164,7 +166,7 @@ class Controller:
             _say_resuming(self.spec.max_trials, tally, len(leftovers), len(queued))
         waiting: dict[int, Waiting] = {}
         contender: list[float | None] = [None]  # as last published
-        looked = [self.engine.now()]  # when the running trials' heartbeats were last looked at
+        looked = [clock.now()]  # when the running trials' heartbeats were last looked at
 
         def opened() -> int:
             return (tally.counted + len(self._in_flight) + len(waiting) + len(leftovers) + len(queued)
@@ -202,22 +204,21 @@ class Controller:
                 if allocator.pending and not stopping:
                     raise RuntimeError(f"{allocator.pending} trials wait and none can start")
                 break
-            wait_s = self.engine.poll_s if stopping else min(  # woken at the deadline, not after
-                self.engine.poll_s, max(deadline - self.engine.now(), 0.001))
+            wait_s = clock.poll_s if stopping else min(  # woken at the deadline, not after
+                clock.poll_s, max(deadline - clock.now(), 0.001))
             ended = lifecycle.finished(self.engine, self._in_flight, wait_s)
             if ended:
                 self._relay.catch_up()  # ends written around the relay, by unreachable workers
-            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, self.engine.now())
+            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, clock.now())
                       if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
                 self._relay.verify()
-            give_up = self.engine.abandon if isinstance(self.engine, Abandons) else self.engine.cancel
             for number in silent:
-                give_up(self._in_flight[number].handle)
+                self._give_up(self._in_flight[number].future)
             for number in [*ended, *silent]:
                 flight = self._in_flight.pop(number)
                 trial = (store.trial(flight.trial_id) if number in silent  # abandoned: nothing to gather
-                         else lifecycle.collect(store, self.engine, flight))
+                         else lifecycle.collect(store, flight))
                 allocator.finished(number, trial)
                 state, value = status_of(trial), trial.values[0] if trial.values else None
                 if state is TrialStatus.SUSPENDED:
@@ -238,7 +239,7 @@ class Controller:
                     stopping = misconfigured = self._stop(store, {"reason": "same_failure"})
                 if not stopping and self._reached_target(state, trial.values):
                     stopping = self._stop(store, {"reason": "target", "trial": number, "value": value})
-            if not stopping and self.engine.now() > deadline:
+            if not stopping and clock.now() > deadline:
                 stopping = self._stop(store, {"reason": "timeout_s", "timeout_s": self.spec.search.timeout_s})
             progress.update(*tally.line(len(self._in_flight)))
         if stopping:
@@ -313,8 +314,20 @@ class Controller:
             tasks = [task for task, _ in starts[:count]]
             starts = starts[count:]
             submitted_at = time.time()  # before the hand-over: a task may start at once
-            for task, handle in zip(tasks, self.engine.submit_many(tasks, priority)):
-                self._in_flight[task.number] = InFlight(task, handle, submitted_at)
+            for task, future in zip(tasks, self._submit_many(tasks, priority)):
+                self._in_flight[task.number] = InFlight(task, future, submitted_at)
+
+    def _submit_many(self, tasks: list[TrialTask], priority: bool) -> list[Future]:
+        if isinstance(self.engine, SubmitsMany):  # in one message
+            return self.engine.submit_many(tasks, priority)
+        return [self.engine.submit(task, priority) for task in tasks]
+
+    def _give_up(self, future: Future) -> None:
+        """Give up the task of a trial fallen silent (it runs again elsewhere)."""
+        if isinstance(self.engine, Abandons):
+            self.engine.abandon(future)
+        else:
+            future.cancel()
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any],
               after_segment: int = -1, new: bool = False, **allocation: Any) -> TrialTask:
@@ -346,7 +359,7 @@ class Controller:
         return state is TrialStatus.COMPLETE and self.spec.reaches_target(values)
 
     def _stop(self, store: StudyStore, reason: dict[str, Any]) -> bool:
-        lifecycle.stop(store, self.engine, self._in_flight, reason)
+        lifecycle.stop(store, self._in_flight, reason)
         return True
 
 

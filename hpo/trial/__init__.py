@@ -31,6 +31,7 @@ from hpo.trial._objective import (
 )
 from hpo.trial._pulse import (
     SILENT_HEARTBEATS,
+    Awake,
     fell_silent,
     heartbeat_s,
     note_awake,
@@ -46,7 +47,7 @@ TrialState = TrialStatus
 
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
-           "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake",
+           "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake", "Awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",
            "representative_loss", "Clock", "RealClock", "now", "using_clock", "TaskInterrupted",

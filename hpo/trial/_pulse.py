@@ -22,7 +22,7 @@ import optuna
 from hpo.store import TrialLink
 from hpo.store.records import TrialStatus, last_sign_of_life, status_of
 
-__all__ = ["beating", "heartbeat_s", "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake"]
+__all__ = ["beating", "heartbeat_s", "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake", "Awake"]
 
 # Heartbeats a started trial may miss before it counts as lost.
 SILENT_HEARTBEATS = 3
@@ -50,33 +50,36 @@ def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
     return time.time() - max(seen, _awake.since) >= silence_s()
 
 
-class _Awake:
-    """When this process last looked at its trials (monotonic), and since
-    when it has been awake (wall clock, 0.0: it never slept). One per
-    process: a stopped process stops every study it runs."""
+class Awake:
+    """When its owner last looked at its trials (monotonic), and since when
+    it has been awake (wall clock, 0.0: it never slept). A gap between two
+    looks far above how often the owner looks (``looks_every_s``), and
+    longer than a heartbeat, is sleep: a stopped process stops every study
+    it runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, looks_every_s: float) -> None:
+        self.looks_every_s = looks_every_s
         self.looked: float | None = None
         self.since = 0.0
 
-
-_awake = _Awake()
+    def note(self) -> float:
+        """Its owner looks now; since when (wall clock) it has been awake."""
+        now = time.monotonic()
+        if self.looked is not None and now - self.looked > max(heartbeat_s(), 2 * self.looks_every_s):
+            self.since = time.time()
+        self.looked = now
+        return self.since
 
 
 # The master's loop looks at least twice a second (hpo.master waits half a
-# second at most): a gap this long, and longer than a heartbeat, is sleep.
-_ASLEEP_AFTER_S = 1.0
+# second at most).
+_awake = Awake(looks_every_s=0.5)
 
 
 def note_awake() -> float:
-    """The master looks at its trials now: a gap since its last look far
-    above what its loop waits means it slept, and silence counts from now.
-    Since when (wall clock) it has been awake."""
-    now = time.monotonic()
-    if _awake.looked is not None and now - _awake.looked > max(heartbeat_s(), _ASLEEP_AFTER_S):
-        _awake.since = time.time()
-    _awake.looked = now
-    return _awake.since
+    """The master looks at its trials now: if it slept, silence counts from
+    now. Since when (wall clock) it has been awake."""
+    return _awake.note()
 
 
 @contextmanager
