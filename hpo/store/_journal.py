@@ -107,8 +107,18 @@ class JournalFile(JournalFileBackend):
         """The byte offset just past the last record read."""
         return self._read_to
 
+    def known(self, records: int, offset: int) -> None:
+        """Record ``records`` starts at byte ``offset`` (a snapshot that was
+        checked against the journal says so): a read from it seeks there."""
+        self._offsets[records] = offset
+
+    def offset_of(self, records: int) -> int | None:
+        """Where record ``records`` starts, when this reader knows it."""
+        return self._offsets.get(records)
+
     def read_logs(self, log_number_from: int) -> Generator[dict[str, Any], None, None]:
         number = log_number_from if log_number_from in self._offsets else 0
+        self._read_to = max(self._read_to, self._offsets[number])  # the bytes before are accounted for
         for record, offset in self._intact(self._offsets[number]):
             if record is None:  # skipped: the bytes are read all the same
                 self._read_to = max(self._read_to, offset)
