@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import binascii
 import math
+import pickle
 from bisect import bisect_left, insort
 from collections import defaultdict
 from typing import Any
@@ -84,6 +85,21 @@ class _Pruning:
 
     def completed(self, number: int, values: dict[int, float]) -> None:
         pass
+
+    def learnt(self) -> bytes | None:
+        """What :meth:`observe` and :meth:`completed` learnt from the study's
+        records so far, with the settings they learnt it under, for the
+        store's snapshot (the next master starts from it instead of
+        replaying every record: :mod:`hpo.store._relay`); None when they
+        learn nothing."""
+        kind = type(self)
+        if kind.observe is _Pruning.observe and kind.completed is _Pruning.completed:
+            return None
+        return pickle.dumps(vars(self), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def relearn(self, learnt: bytes) -> None:
+        """Know again what :meth:`learnt` gave (by a pruner of these settings)."""
+        vars(self).update(pickle.loads(learnt))
 
     def _why(self, step: int, values: dict[int, float]) -> str:
         value = values.get(step)

@@ -43,7 +43,7 @@ from hpo.store.records import (
     study_decisions,
 )
 
-__all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger"]
+__all__ = ["Pruning", "TrialView", "StudyView", "Ledger", "JournalLedger", "StorageLedger", "pruning_learnt"]
 
 _State = optuna.trial.TrialState
 _STUDY_FRESH_S = 0.2  # how stale a database ledger's view of the study's decisions may be
@@ -65,6 +65,24 @@ class Pruning(Protocol):
 
     def decide(self, trial_id: int, number: int, step: int, values: dict[int, float]) -> str | None:
         """Why the trial is hopeless after reporting ``step``, or None."""
+
+    # Optional, for a master to open the study from the store's snapshot
+    # (without them, a master with this pruner replays the whole journal):
+    # ``learnt() -> bytes | None``, what observe() and completed() learnt so
+    # far with the settings they learnt it under (None: they learn nothing),
+    # and ``relearn(learnt)``, which knows it again.
+
+
+def pruning_learnt(pruning: Pruning | None) -> bytes | None:
+    """What ``pruning`` learnt from the records it was shown (b"" when it
+    learns nothing from them, or there is none); None when it cannot say."""
+    if pruning is None:
+        return b""
+    learnt = getattr(pruning, "learnt", None)
+    if learnt is None:
+        return None
+    state = learnt()
+    return b"" if state is None else state
 
 
 @dataclass
@@ -133,6 +151,9 @@ _TRIAL_OPS = (Op.SET_TRIAL_STATE_VALUES, Op.SET_TRIAL_INTERMEDIATE_VALUE, Op.SET
               Op.SET_TRIAL_SYSTEM_ATTR)
 
 
+_DUMP = "journal-ledger-1"  # the layout of JournalLedger.dump()
+
+
 def _no_study_attrs() -> dict[Op, dict[str, Any]]:
     return {op: {} for op in _STUDY_ATTR_OPS}
 
@@ -170,6 +191,7 @@ class JournalLedger(Ledger):
         self._objectives: int | None = None
         # The study's attributes the master decides, user (an earlier version's) and system.
         self._study_attrs = _no_study_attrs()
+        self.followed = 0  # records followed, from the journal's first
 
     def live(self, trial_id: int) -> TrialView | None:
         return self._live.get(trial_id)
@@ -183,8 +205,39 @@ class JournalLedger(Ledger):
     def objectives(self) -> int | None:
         return self._objectives
 
+    def dump(self) -> tuple[Any, ...]:
+        """What this ledger knows, as plain values (:mod:`marshal` holds them):
+        for a snapshot of the journal at record :attr:`followed`. What its
+        pruner learnt is the pruner's (:func:`pruning_learnt`)."""
+        live = [(v.trial_id, v.number, v.run, v.heartbeat, v.ended_by, v.values, v.reports,
+                 {step: dict(segment) for step, segment in v.segments.items()}) for v in self._live.values()]
+        study = self._study
+        return (_DUMP, self.study_name, self.followed, self._study_id, self._studies, self._next_study,
+                self._next_trial, self._numbers, live, self._ended, (study.stop, study.contender, study.resize),
+                self._objectives, {int(op): attrs for op, attrs in self._study_attrs.items()})
+
+    def restore(self, dump: Any) -> None:
+        """Know what :meth:`dump` gave (of a ledger of this study, with no
+        record followed yet); ValueError, nothing changed, when it is not
+        such a dump."""
+        try:
+            (kind, name, followed, study_id, studies, next_study, next_trial, numbers, live, ended,
+             (stop, contender, resize), objectives, study_attrs) = dump
+            views = {trial_id: TrialView(trial_id, number, run, heartbeat, ended_by, values, reports, segments)
+                     for trial_id, number, run, heartbeat, ended_by, values, reports, segments in live}
+            attrs = {op: study_attrs[int(op)] for op in _STUDY_ATTR_OPS}
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"not a ledger's dump ({exc})") from None
+        if kind != _DUMP or name != self.study_name or self.followed:
+            raise ValueError("a dump of another study's ledger, or of another version's")
+        self.followed, self._study_id, self._studies = followed, study_id, studies
+        self._next_study, self._next_trial, self._numbers = next_study, next_trial, numbers
+        self._live, self._ended, self._objectives, self._study_attrs = views, ended, objectives, attrs
+        self._study = StudyView(stop, contender, resize)
+
     def apply(self, record: dict[str, Any]) -> None:
         """Follow one journal record, as Optuna's replay would."""
+        self.followed += 1
         op = op_of(record)
         if op == Op.CREATE_STUDY:
             self._create_study(record)

@@ -2,8 +2,9 @@
 
 The master opens the study through a :class:`StudyRelay`. It holds the only
 Optuna replica of the study (:attr:`StudyRelay.storage`): the journal is
-replayed once, when the relay opens it, and from then on the replica is fed
-the records the relay commits, never re-reading the file. Trial processes
+replayed once, when the relay opens it (from the store's snapshot, when one
+matches the journal, and the records after it), and from then on the
+replica is fed the records the relay commits, never re-reading the file. Trial processes
 speak :mod:`hpo.store._protocol` to it over TCP: each request is checked
 against the relay's ledger (:mod:`hpo.store._requests`,
 :mod:`hpo.store._ledger`), the requests that arrived meanwhile are appended
@@ -26,6 +27,7 @@ it, and its ledger asks the database.
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import resource
 import secrets
@@ -58,10 +60,10 @@ from hpo.store._epoch import (
     write_epoch_file,
 )
 from hpo.store._files import process_alive, unwritable
-from hpo.store._format import encode_records
+from hpo.store._format import JournalSnapshot, encode_records
 from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
-from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger
+from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger, pruning_learnt
 from hpo.store._protocol import (
     HELLO_TIMEOUT_S,
     MAX_REQUEST,
@@ -73,7 +75,15 @@ from hpo.store._protocol import (
     split_relay,
 )
 from hpo.store._requests import RequestHandler, refusal
-from hpo.store._snapshot import STORE_SNAPSHOT, Mark, read_snapshot, replica_dump, write_snapshot
+from hpo.store._snapshot import (
+    STORE_SNAPSHOT,
+    Mark,
+    read_snapshot,
+    read_store_snapshot,
+    replica_dump,
+    store_payload,
+    write_snapshot,
+)
 from hpo.store._study import database_kwargs
 from hpo.store._writes import Write, apply_writes
 
@@ -152,6 +162,23 @@ class _Local:
     error: BaseException | None = None
 
 
+@dataclass(eq=False)
+class _Call:
+    """Something the master asks the relay's thread to do between its rounds."""
+
+    do: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.do()
+        except BaseException as exc:  # the caller hears it
+            self.error = exc
+        self.done.set()
+
+
 class StudyRelay:
     """The relay of study ``study_name`` stored at ``url`` (a journal path or
     a SQLAlchemy URL); a context manager that serves it while the block runs.
@@ -194,7 +221,9 @@ class StudyRelay:
             self._journal = JournalFile(url)
             ledger = JournalLedger(study_name, pruning)
             self.ledger = ledger
-            self._feed = _Feed(self._journal, ledger, self.append_local)
+            # What the pruner knows before it is shown any record: its settings.
+            self._pruning_fresh = pruning_learnt(pruning)
+            self._feed = _Feed(self._journal, ledger, self.append_local, self._pruning_fresh)
             self.storage = optuna.storages.JournalStorage(self._feed)  # the one replay of the file
             self._end = self._feed.take_over()
             self._appender = _Appender(self._journal)
@@ -212,6 +241,7 @@ class StudyRelay:
         self._requests: list[tuple[_Peer, dict[str, Any]]] = []
         self._unsent: list[_Peer] = []  # connections with answers queued this turn
         self._locals: deque[_Local] = deque()
+        self._calls: deque[_Call] = deque()
         self._later: deque[tuple[_Peer, dict[str, Any]]] = deque()  # answers made off this thread
         self._handler = RequestHandler(self.ledger, pruning, ControlFile(control) if control else None,
                                        send=self._send, send_frame=self._queue, later=self._answer_later)
@@ -286,19 +316,60 @@ class StudyRelay:
 
     def save_snapshot(self) -> bool:
         """Write the journal's snapshot (:mod:`hpo.store._snapshot`) from the
-        replica, when at least ``SNAPSHOT_EVERY`` records came after the last
-        one: readers then start from it. Called once the study ended (nothing
-        is in flight); False when nothing was written (a database, a study
-        too small, direct appends not followed yet)."""
+        replica, with this relay's ledger and what its pruner learnt, when at
+        least ``SNAPSHOT_EVERY`` records came after the last one: readers and
+        the next master then start from it. Called once the study ended
+        (nothing is in flight); False when nothing was written (a database, a
+        study too small, records that came while it was taken)."""
         if self._journal is None:
             return False
         if not isinstance(self.storage, optuna.storages.JournalStorage):
             raise RuntimeError("hpo internal error: a journal's replica")
-        mark, payload = replica_dump(self.storage, lambda: self._feed.consumed)
+        followed, relay = self._on_relay_thread(self._relay_state)
         earlier = read_snapshot(self._journal.path, STORE_SNAPSHOT)
-        if mark.records - (earlier[0].records if earlier else 0) < snapshot_module.SNAPSHOT_EVERY:
+        if followed - (earlier[0].records if earlier else 0) < snapshot_module.SNAPSHOT_EVERY:
             return False
-        return write_snapshot(self._journal.path, STORE_SNAPSHOT, mark, payload)
+        try:
+            mark, replay = replica_dump(self.storage, lambda: self._feed.consumed)
+        except ValueError:  # a value marshal cannot hold (none read from a journal is)
+            return False
+        if mark.records != followed:  # the relay followed records meanwhile: another time
+            return False
+        return write_snapshot(self._journal.path, STORE_SNAPSHOT, mark, store_payload(replay, relay))
+
+    def _relay_state(self) -> tuple[int, bytes]:
+        """The number of records the ledger followed, and its state with what
+        the pruner learnt, as the store's snapshot keeps them (on the relay's
+        thread: nothing changes them meanwhile)."""
+        ledger = self.ledger
+        if not isinstance(ledger, JournalLedger):
+            raise RuntimeError("hpo internal error: a journal's ledger")
+        fresh = self._pruning_fresh
+        pruning = None if fresh is None else (fresh, pruning_learnt(self.pruning))
+        return ledger.followed, marshal.dumps({"ledger": ledger.dump(), "pruning": pruning})
+
+    def _on_relay_thread(self, do: Callable[[], Any]) -> Any:
+        """What ``do()`` returns, called by the relay's thread between two of
+        its rounds (directly when that thread does not run)."""
+        if not self._thread.is_alive():
+            return do()
+        call = _Call(do)
+        self._calls.append(call)
+        self._wake()
+        while not call.done.wait(0.1):
+            if not self._thread.is_alive():
+                try:
+                    self._calls.remove(call)
+                except ValueError:
+                    continue  # taken by the thread as it stopped: done soon
+                call.run()
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _run_calls(self) -> None:
+        while self._calls:
+            self._calls.popleft().run()
 
     def catch_up(self) -> None:
         """Make the replica hold what other processes appended to the journal
@@ -357,11 +428,12 @@ class StudyRelay:
             for local in self._locals:
                 local.error = local.error or self.broken or OSError("the study's relay stopped")
                 local.done.set()
+            self._run_calls()
             if self._journal is not None:
                 self._appender.release()
 
     def _turn(self, final: bool = False) -> None:
-        busy = self._requests or self._locals or self._later
+        busy = self._requests or self._locals or self._later or self._calls
         held = self._journal is not None and self._appender.held
         timeout = 0 if (busy or final) else (_IDLE_S if held else _FOREIGN_S)
         for key, mask in self._selector.select(timeout):
@@ -389,6 +461,7 @@ class StudyRelay:
         else:
             self._idle()
         self._flush_all()
+        self._run_calls()
 
     def _idle(self) -> None:
         """Nothing to write: let direct writers have the lock, follow their
@@ -768,23 +841,77 @@ class _MasterDatabase(optuna.storages.RDBStorage):
         return {**super().__getstate__(), "on_decision": None}  # a copy elsewhere tells nobody
 
 
-class _Feed(BaseJournalBackend):
+class _Feed(BaseJournalBackend, JournalSnapshot):
     """The master replica's journal backend: the file once, when the replica
     is made (the ledger following), then the records the relay commits or
-    finds; the master's own appends go to the relay."""
+    finds; the master's own appends go to the relay.
+
+    The file is read from the store's snapshot on (Optuna's snapshot
+    mechanism), when the snapshot holds this relay's ledger and what a
+    pruner of the same settings learnt, at the same record: the ledger and
+    the pruner start from there too. Else from the journal's first record."""
 
     def __init__(self, journal: JournalFile, ledger: JournalLedger,
-                 append: Callable[[list[dict[str, Any]]], None]) -> None:
+                 append: Callable[[list[dict[str, Any]]], None], pruning: bytes | None = b"") -> None:
         self._journal, self._ledger, self._append = journal, ledger, append
+        self._pruning = pruning  # pruning_learnt() of the ledger's pruner, as yet untaught
         self._records: list[dict[str, Any]] = []
         self._first = 0  # the record number of self._records[0]
         self._from_file: int | None = 0  # records read from the file; None once the relay feeds
         self._fed_end = 0  # the byte offset in the journal just past the last record fed
         self.consumed = Mark(0, 0)  # where the replica's last read ended
         self._lock = threading.Lock()
+        self._offered: tuple[Mark, Any, bytes | None] | None = None  # a snapshot handed to Optuna
+        self.restored_from: Mark | None = None  # where the replay started (tests, benches)
+
+    def load_snapshot(self) -> bytes | None:
+        """Optuna's replay result at the store's snapshot, when the relay's
+        state there can be taken too; None: the whole journal is replayed."""
+        if self._from_file != 0:
+            return None
+        found = read_store_snapshot(self._journal.path)
+        if found is None:
+            return None
+        mark, replay, relay = found
+        usable = self._usable(relay)
+        if usable is None:
+            return None
+        self._journal.known(mark.records, mark.offset)
+        self._offered = (mark, *usable)
+        return replay
+
+    def _usable(self, relay: Any) -> tuple[Any, bytes | None] | None:
+        """The ledger's dump and what the pruner learnt (None: nothing to
+        learn) in the relay's state of a snapshot, when this relay can start
+        from them: the same study, and a pruner that learns nothing from the
+        records or learnt it with the same settings."""
+        if not isinstance(relay, bytes) or self._pruning is None:
+            return None
+        try:
+            state = marshal.loads(relay)
+            dump, pruning = state["ledger"], state["pruning"]
+            JournalLedger(self._ledger.study_name).restore(dump)  # one it can take
+        except (ValueError, EOFError, TypeError, KeyError):
+            return None
+        if self._pruning == b"":
+            return dump, None
+        if not isinstance(pruning, tuple) or len(pruning) != 2 or pruning[0] != self._pruning:
+            return None
+        return dump, pruning[1]
+
+    def save_snapshot(self, snapshot: bytes) -> None:
+        pass  # the relay writes the store's snapshot itself (StudyRelay.save_snapshot)
 
     def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
         if self._from_file is not None:
+            offered, self._offered = self._offered, None
+            if offered is not None and log_number_from == offered[0].records:  # Optuna took it
+                mark, dump, learnt = offered
+                self._ledger.restore(dump)
+                if learnt:
+                    cast(Any, self._ledger.pruning).relearn(learnt)
+                self._from_file = mark.records
+                self.restored_from = mark
             return self._read_file(log_number_from)
         with self._lock:
             del self._records[:max(log_number_from - self._first, 0)]
