@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import struct
@@ -25,7 +26,10 @@ from hpo.store import (
     ControlFile, Decision, JournalFile, StudyRelay, StudyStore, TrialLink, clear_dead_relay_lock,
     split_relay,
 )
-from hpo.store.records import EVENT_ATTR, RUN_ATTR
+from hpo.dashboards.synthetic import write_study
+from hpo.master import asha_pruning, median_pruning
+from hpo.store import _snapshot
+from hpo.store.records import EVENT_ATTR, RUN_ATTR, report_key
 from hpo.trial import TrialTask, open_trial
 from conftest import toy_space, wait_for
 
@@ -366,3 +370,202 @@ def test_a_trial_open_through_the_relay_pickles_into_a_task_for_another_process(
     assert done.returncode == 0
     assert relay.storage.get_trial(trial_id).intermediate_values == {0: 5.0}
     assert open_trial(task).reports == [(0, {"value": 5.0})]  # a later attempt gets them back
+
+
+# ------------------------------------------------------------------ opened from the store's snapshot
+
+PRUNINGS = {"median": median_pruning, "asha": asha_pruning}
+_State = optuna.trial.TrialState
+
+
+def _pruning(kind: str = "median", min_steps: int = 1):
+    return PRUNINGS[kind](min_steps=min_steps, maximize=True, study_name="syn", metric="val_accuracy")
+
+
+def _plain(journal: Path) -> optuna.storages.JournalStorage:
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+
+
+def _go_on(journal: Path, seed: int) -> None:
+    """What a live study writes, appended directly (as a process that cannot
+    reach the relay does): reports of running trials, an end of each kind, a
+    new trial that reports, the master's decisions."""
+    rng = random.Random(seed)
+    storage = _plain(journal)
+    study = optuna.load_study(study_name="syn", storage=storage, sampler=optuna.samplers.RandomSampler(seed))
+    store = StudyStore(storage, "syn")
+    running = [t for t in study.get_trials(deepcopy=False) if t.state == _State.RUNNING]
+    for trial in running[:4]:
+        trial_id, first = StudyStore.trial_id(trial), max(trial.intermediate_values, default=-1) + 1
+        for step in range(first, first + 3):
+            value = rng.random()
+            storage.set_trial_intermediate_value(trial_id, step, value)
+            store.write(trial_id, report_key(step), {"val_accuracy": value, "loss": 1 - value})
+    for trial, state in zip(running[:3], (_State.COMPLETE, _State.PRUNED, _State.FAIL)):
+        storage.set_trial_state_values(StudyStore.trial_id(trial), state,
+                                       [rng.random()] if state == _State.COMPLETE else None)
+    new = study.ask()
+    new.suggest_float("dropout", 0.0, 0.5)
+    storage.set_trial_intermediate_value(new._trial_id, 0, rng.random())
+    store.set_contender(rng.random())
+    store.set_resize(StudyStore.trial_id(running[3]), 2)
+
+
+def _learnt(value):
+    """What a pruner learnt, as values that compare."""
+    if isinstance(value, list):
+        return [_learnt(v) for v in value]
+    if hasattr(value, "__dict__"):
+        return {k: _learnt(v) for k, v in vars(value).items()}
+    return value
+
+
+def _opened(journal: Path, pruning=None, study: str = "syn") -> dict:
+    """What a master that opens the study knows: its replica, its ledger's
+    answers, what its pruner learnt; and where its replay started."""
+    with StudyRelay(str(journal), study, pruning=pruning) as relay:
+        storage, ledger = relay.storage, relay.ledger
+        study_id = storage.get_study_id_from_name(study)
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        ids = [StudyStore.trial_id(t) for t in trials] + [10_000]
+        return {"from": relay._feed.restored_from, "trials": trials,
+                "studies": [(s.study_name, s.user_attrs, s.system_attrs, s.directions)
+                            for s in storage.get_all_studies()],
+                "ledger": ledger.dump(), "live": [ledger.live(i) for i in ids],
+                "ended": [ledger.ended(i) for i in ids], "decisions": ledger.study(),
+                "objectives": ledger.objectives(), "pruning": _learnt(pruning)}
+
+
+def _without_from(opened: dict) -> dict:
+    return {k: v for k, v in opened.items() if k != "from"}
+
+
+def _study_with_snapshot(tmp_path: Path, kind: str = "median") -> Path:
+    """A synthetic study that went on (direct appends), ended under a master
+    (whose relay wrote records of its own, then the snapshot), and went on
+    after it: the journal."""
+    run_dir = write_study(tmp_path / "syn", 150, workers=6, seed=3, name="syn")
+    journal = run_dir / "journal.log"
+    _go_on(journal, 0)
+    with StudyRelay(str(journal), "syn", pruning=_pruning(kind)) as relay:
+        assert relay._feed.restored_from is None  # no snapshot yet: the whole journal
+        store = StudyStore(relay.storage, "syn")
+        dropout = {"dropout": optuna.distributions.FloatDistribution(0.0, 0.5)}
+        store.create_trials([({"dropout": 0.25}, dropout)] * 2)  # the next ask() takes one of them
+        store.set_stop({"reason": "budget"})
+        assert relay.save_snapshot()
+    _go_on(journal, 1)
+    return journal
+
+
+def _set_snapshot_aside(journal: Path) -> None:
+    snapshot = Path(f"{journal}.snapshot")
+    snapshot.rename(snapshot.with_name("aside"))
+
+
+@pytest.mark.parametrize("kind", PRUNINGS)
+def test_a_master_opened_from_the_snapshot_and_the_tail_knows_what_a_full_replay_knows(
+        tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(_snapshot, "SNAPSHOT_EVERY", 1)
+    journal = _study_with_snapshot(tmp_path, kind)
+    fresh = _learnt(_pruning(kind))
+    opened = _opened(journal, _pruning(kind))
+    records = journal.read_bytes().count(b"\n")
+    assert opened["from"] is not None and 150 < opened["from"].records < records  # the tail replayed
+    _set_snapshot_aside(journal)
+    replayed = _opened(journal, _pruning(kind))
+    assert replayed["from"] is None
+    assert _without_from(opened) == _without_from(replayed)
+    assert opened["pruning"] != fresh  # it learnt from the records, and from the snapshot
+    states = {t.state for t in opened["trials"]}
+    assert {_State.COMPLETE, _State.PRUNED, _State.FAIL, _State.RUNNING, _State.WAITING} <= states
+    assert opened["decisions"].stop == {"reason": "budget"} and opened["decisions"].resize
+    # The journal is still Optuna's: Optuna reads the same trials from it.
+    assert optuna.load_study(study_name="syn", storage=_plain(journal)).trials == opened["trials"]
+
+
+def _flip_payload_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _other_versions(path: Path) -> None:
+    header, _, payload = path.read_bytes().partition(b"\n")
+    path.write_bytes(json.dumps({**json.loads(header), "hpo": "0.0.1"}).encode() + b"\n" + payload)
+
+
+def _journal_rolled_back(path: Path) -> None:
+    journal = path.with_name("journal.log")
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:len(lines) // 2]))
+
+
+def _written_by_a_reader(path: Path) -> None:
+    """A snapshot without the relay's state (``RunDir.save_snapshot``)."""
+    path.unlink()
+    assert hpo.store.RunDir(path.parent).save_snapshot(min_new_records=0)
+
+
+WRONG = {"a flipped byte": (_flip_payload_byte, "median"), "other versions": (_other_versions, "median"),
+         "cut short": (lambda p: p.write_bytes(p.read_bytes()[:-100]), "median"),
+         "journal rolled back": (_journal_rolled_back, "median"),
+         "written by a reader": (_written_by_a_reader, "median"),
+         "another pruner": (lambda p: None, "asha")}
+
+
+@pytest.mark.parametrize("wrong", WRONG)
+def test_a_master_replays_the_journal_beside_a_snapshot_it_cannot_start_from(tmp_path, monkeypatch, wrong):
+    monkeypatch.setattr(_snapshot, "SNAPSHOT_EVERY", 1)
+    journal = _study_with_snapshot(tmp_path)
+    change, kind = WRONG[wrong]
+    change(Path(f"{journal}.snapshot"))
+    opened = _opened(journal, _pruning(kind))
+    assert opened["from"] is None
+    _set_snapshot_aside(journal)
+    assert _without_from(opened) == _without_from(_opened(journal, _pruning(kind)))
+
+
+def test_a_master_of_another_study_in_the_journal_replays_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(_snapshot, "SNAPSHOT_EVERY", 1)
+    run_dir = write_study(tmp_path / "syn", 60, workers=4, seed=4, name="syn")
+    journal = run_dir / "journal.log"
+    other = optuna.create_study(study_name="other", storage=_plain(journal))
+    other.add_trial(optuna.trial.create_trial(value=1.0))
+    with StudyRelay(str(journal), "syn") as relay:
+        assert relay.save_snapshot()
+    mine = _opened(journal, study="syn")
+    theirs = _opened(journal, pruning=_pruning("median", min_steps=2), study="other")
+    assert mine["from"] is not None and theirs["from"] is None
+    _set_snapshot_aside(journal)
+    assert _without_from(theirs) == _without_from(_opened(journal, _pruning("median", 2), "other"))
+
+
+def test_a_study_resumed_from_its_snapshot_goes_on_and_ends_as_one(tmp_path, monkeypatch):
+    import hpo.store._relay as relay_module
+
+    monkeypatch.setattr(_snapshot, "SNAPSHOT_EVERY", 1)
+    restored = []
+    load = relay_module._Feed.load_snapshot
+    monkeypatch.setattr(relay_module._Feed, "load_snapshot",
+                        lambda feed: (found := load(feed), restored.append(found is not None))[0])
+    space = toy_space("resumed", search={"algorithm": "random", "max_trials": 4, "seed": 0},
+                      space={"x": {"type": "float", "low": 0.0, "high": 3.0}}, fixed={"steps": 3},
+                      metric={"direction": "minimize"}, early_stopping={"pruner": "median", "min_steps": 1})
+    hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
+    space["search"]["max_trials"] = 8
+    result = hpo.run(space, engine="inline", runs_dir=tmp_path, progress=False)
+    assert restored == [False, True]  # the second master started from the first one's snapshot
+    journal = tmp_path / "resumed" / "journal.log"
+    trials = optuna.load_study(study_name="resumed", storage=_plain(journal)).trials
+    assert [t.number for t in trials] == list(range(8))
+    assert sum(result.counts.values()) == 8 and all(t.state.is_finished() for t in trials)
+    assert all(len(t.intermediate_values) >= 1 for t in trials)
+    # The next master starts from the second one's snapshot, and knows what a replay knows.
+    def pruning():  # the one the space asks for, as the master makes it
+        return median_pruning(min_steps=1, maximize=False, study_name="resumed", metric="value")
+
+    opened = _opened(journal, pruning(), study="resumed")
+    _set_snapshot_aside(journal)
+    assert opened["from"] is not None and opened["pruning"] != _learnt(pruning())
+    assert _without_from(opened) == _without_from(_opened(journal, pruning(), "resumed"))
