@@ -22,7 +22,8 @@ The parts, each in its own module:
 - ``_format``: Optuna's journal format (op codes by name, the records hpo
   writes, readers of their fields), the one module that knows it;
 - ``_journal``: the journal file, kept readable after a crash (knows nothing
-  of the relay); ``_snapshot``: shortcuts for its readers;
+  of the relay); ``_snapshot``: shortcuts for its readers and the next
+  master (the state at a journal record: Optuna's replay, the relay's ledger);
 - ``_protocol``: the store protocol (frames, requests, what an answer
   promises); ``_writes``: what each request writes;
 - ``_relay`` (:class:`StudyRelay`: connections, rounds, durability),
