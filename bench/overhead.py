@@ -33,8 +33,9 @@ thread per trial) on 2 slots: the whole ``hpo.run`` call against a plain
 Run: ``python bench/overhead.py [--repeats R] [--contenders hpo,ray]
 [--workloads 200x0.1,2000x1@16,mlp,torch] [--trials16 N]``. The figures are medians
 over R rounds; contenders are chosen by name prefix (hpo, optuna, dask, ray,
-joblib, gridsearchcv, plain). The last line is ``overhead_pct=<hpo's overhead at the
-first sleep workload>`` (200 x 0.1 s by default).
+joblib, gridsearchcv, plain). The last lines are ``overhead_pct=<hpo's overhead at the
+first sleep workload>`` (200 x 0.1 s by default) and, with the torch workload,
+``torch_overhead_pct=<hpo's time over the plain loop's, in %>``.
 """
 
 from __future__ import annotations
@@ -300,13 +301,19 @@ def torch_contenders(address: str, tmp: Path, configs: list[dict]) -> dict[str, 
     }
 
 
-def report_torch(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> None:
+def report_torch(times: dict[str, list[float]], bests: dict[str, Best], repeats: int) -> float | None:
+    """Print the torch workload's table; hpo's time over the plain loop's, in %
+    (None when either was left out)."""
     print_real_workload(f"{TORCH}: {len(torch_configurations())} PyTorch CNN configurations x "
                         f"{TORCH_FIXED['max_epochs']} epochs on digits, {MLP_SLOTS} slots "
                         f"(median of {repeats}):", times, bests,
                         lambda config: ", ".join(f"{k}={config[k]}" for k in sorted(TORCH_GRID)))
     scores = {round(s, 6) for s, _ in bests.values()}
     print(f"  same best score: {'yes' if len(scores) == 1 else 'NO'}")
+    hpo_s, plain_s = (times.get(name) for name in ("hpo (dask, journal)", "plain for loop (1 process)"))
+    if not hpo_s or not plain_s:
+        return None
+    return 100 * (statistics.median(hpo_s) / statistics.median(plain_s) - 1)
 
 
 # -- the run ---------------------------------------------------------------------
@@ -381,6 +388,7 @@ def main() -> None:
     if not ray:
         print("ray tune: not installed (pip install 'hpo[bench]'), left out")
     overheads: list[float] = []
+    torch_pct: float | None = None
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for w in workloads:
@@ -405,7 +413,7 @@ def main() -> None:
                 times, bests = timed_rounds(TORCH, select(torch_contenders(address, tmp, configs),
                                                           prefixes), args.repeats)
                 if times:
-                    report_torch(times, bests, args.repeats)
+                    torch_pct = report_torch(times, bests, args.repeats)
                 continue
             cluster, client = clusters.get(w.slots)
             contenders = select(sleep_contenders(w, cluster, client, tmp, ray), prefixes)
@@ -416,6 +424,8 @@ def main() -> None:
     clusters.close()
     if overheads:
         print(f"overhead_pct={overheads[0]:.1f}")
+    if torch_pct is not None:
+        print(f"torch_overhead_pct={torch_pct:.1f}")
 
 
 if __name__ == "__main__":
