@@ -35,7 +35,6 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 __all__ = ["become_subreaper", "descendants", "end_processes", "reaping"]
 
@@ -64,11 +63,13 @@ def become_subreaper() -> bool:
 
 def children(pid: int) -> set[int]:
     """The live children of process ``pid`` (of every thread of it)."""
+    folder = f"/proc/{pid}/task"
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        tasks = os.listdir(folder)
     except OSError:
         return set()
-    return set().union(*(_listed(str(task / "children")) for task in tasks))
+    # Plain strings and os calls: a worker lists them before and after every trial.
+    return set().union(*(_listed(f"{folder}/{task}/children") for task in tasks))
 
 
 def descendants(pid: int) -> list[int]:
@@ -138,7 +139,8 @@ def _thread_reaping() -> Iterator[None]:
 
 def _listed(children_file: str) -> set[int]:
     try:
-        return {int(p) for p in Path(children_file).read_text().split()}
+        with open(children_file, "rb") as listing:
+            return {int(p) for p in listing.read().split()}
     except (OSError, ValueError):
         return set()
 
