@@ -11,8 +11,6 @@ which keeps a live refresh of a 100,000-trial study cheap.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import threading
 import time
@@ -25,7 +23,7 @@ from typing import Any, Literal
 import optuna
 
 from hpo.results import StudyResult, TrialRecord, record_fields
-from hpo.store import RunDir, StudyStore, is_placeholder, records_read
+from hpo.store import RunDir, StudyStore, gc_paused, is_placeholder, records_read
 from hpo.store.records import allocations_of, grouped_attrs, run_of
 
 __all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
@@ -323,19 +321,6 @@ def _version(views: list[TrialView], user_attrs: dict[str, Any]) -> str:
                            len(v.events), len(v.segments), len(v.user_attrs)) for v in views),
                     repr(sorted(user_attrs.items()))))
     return f"{len(views)}:{content & 0xFFFFFFFF:08x}"
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Reading a big store makes millions of objects and no garbage; the cyclic
-    collector would rescan them all again and again (60% of the time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_snapshot(run_dir: str | Path) -> Snapshot:

@@ -48,6 +48,7 @@ from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._snapshot import (
     Mark,
     SnapshotJournal,
+    gc_paused,
     is_placeholder,
     read_snapshot,
     records_read,
@@ -66,4 +67,4 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file",
            "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
-           "is_placeholder", "process_alive", "unwritable", "MACHINE_FAULTS"]
+           "is_placeholder", "gc_paused", "process_alive", "unwritable", "MACHINE_FAULTS"]

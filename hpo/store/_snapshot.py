@@ -49,7 +49,7 @@ from hpo.store._journal import JournalFile
 
 __all__ = ["Mark", "SnapshotJournal", "read_snapshot", "write_snapshot", "save_journal_snapshot",
            "replay_dump", "replica_dump", "records_read", "is_placeholder", "snapshot_path", "STORE_SNAPSHOT",
-           "SNAPSHOT_EVERY", "pack_replay", "store_payload", "read_store_snapshot"]
+           "SNAPSHOT_EVERY", "pack_replay", "store_payload", "read_store_snapshot", "gc_paused"]
 
 STORE_SNAPSHOT = "snapshot"  # journal.log.snapshot: Optuna's replay result
 # Records a journal must have beyond its snapshot before the master writes a
@@ -254,9 +254,10 @@ class _Packer:
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Rebuilding a big replay makes millions of objects and no garbage: the
-    cyclic collector would scan them again and again."""
+def gc_paused() -> Iterator[None]:
+    """Run the block with the cyclic collector paused: reading or rebuilding
+    a big store makes millions of objects and no garbage, which the
+    collector would scan again and again."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -271,7 +272,7 @@ def _unpack_replay(shell: Any, rows: bytes, distributions: list[Any]) -> Any:
     the whole journal) when the rows cannot be read."""
     fromisoformat, frozen = datetime.fromisoformat, optuna.trial.FrozenTrial
     try:
-        with _gc_paused():
+        with gc_paused():
             trials = {}
             for row in marshal.loads(rows):
                 if type(row) is int:
