@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import multiprocessing as mp
 import os
 import pstats
 import statistics
@@ -30,10 +29,13 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
+sys.path.insert(0, str(BENCH))
+
+from _spawned import in_process  # noqa: E402
 
 from hpo.dashboards.synthetic import write_study  # noqa: E402
 from hpo.store import StudyRelay, StudyStore  # noqa: E402
-from hpo.trial import TrialTask, run_trial  # noqa: E402
+from hpo.trial import TrialTask  # noqa: E402
 
 STUDY = "trial-path"
 
@@ -81,16 +83,6 @@ def _worker(tasks: list[TrialTask], profile: bool, out) -> None:
     out.send((times, shares))
 
 
-def _in_process(tasks: list[TrialTask], profile: bool):
-    ctx = mp.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_worker, args=(tasks, profile, send))
-    process.start()
-    result = receive.recv()
-    process.join()
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=300)
@@ -115,8 +107,8 @@ def main() -> None:
                         control=str(run_dir / "control.json")))
                 return made
 
-            plain, _ = _in_process(tasks(), profile=False)
-            profiled, shares = _in_process(tasks(), profile=True)
+            plain, _ = in_process(_worker, tasks(), False)
+            profiled, shares = in_process(_worker, tasks(), True)
     median_ms = 1000 * statistics.median(plain)
     print(f"\nper trial, median: {median_ms:.2f} ms plain, {1000 * statistics.median(profiled):.2f} ms "
           "profiled (the shares below are of the profiled time, shown in ms of the plain time)")

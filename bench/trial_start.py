@@ -33,7 +33,6 @@ study's end wrote), both at the largest size.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import resource
 import statistics
@@ -49,6 +48,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.p
                                                          os.environ.get("PYTHONPATH")]))
 
 import optuna  # noqa: E402
+from _spawned import in_process  # noqa: E402
 
 from hpo.dashboards.synthetic import write_study  # noqa: E402
 from hpo.store import StudyRelay, StudyStore  # noqa: E402
@@ -99,16 +99,6 @@ def _optuna_worker(journal: str, out) -> None:
     out.send((time.time() - began, _rss_mb()))
 
 
-def _in_process(target, *args):
-    ctx = mp.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=target, args=(*args, send))
-    process.start()
-    result = receive.recv()
-    process.join()
-    return result
-
-
 def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
     run_dir = write_study(tmp / f"study-{size}", size, name=STUDY)
     journal = str(run_dir / "journal.log")
@@ -135,17 +125,17 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
                              control=str(run_dir / "control.json"), isolate=isolate)
 
         for _ in range(trials):
-            ((start_s, worker_mb, worker_opens, _),) = _in_process(_worker, [task(False)], journal, True)
+            ((start_s, worker_mb, worker_opens, _),) = in_process(_worker, [task(False)], journal, True)
             starts.append(start_s)
             rss.append(worker_mb)
             opens.append(worker_opens)
-            load_s, load_mb = _in_process(_optuna_worker, journal)
+            load_s, load_mb = in_process(_optuna_worker, journal)
             loads.append(load_s)
             load_rss.append(load_mb)
         # Isolated trials, one worker each way: from its warm process (the
         # first starts it), and each in a fresh Python (HPO_WARM_START=0).
-        warm = _in_process(_worker, [task(True) for _ in range(trials + 1)], journal, True)
-        fresh = _in_process(_worker, [task(True) for _ in range(trials)], journal, False)
+        warm = in_process(_worker, [task(True) for _ in range(trials + 1)], journal, True)
+        fresh = in_process(_worker, [task(True) for _ in range(trials)], journal, False)
     med = statistics.median
     return {"master_open_s": opened, "master_replay_s": replayed, "snapshot": snapshot,
             "start_ms": 1000 * med(starts), "worker_mb": med(rss),

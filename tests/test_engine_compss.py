@@ -16,7 +16,9 @@ import pytest
 import hpo
 import hpo.trial._run
 from conftest import COMPSS_DOUBLE, ROOT, toy_space, trial_processes, wait_for
-from hpo.engines import CompssEngine, default_engine_name
+from engine_conformance import stored_tasks
+from hpo.engines import CompssEngine, default_engine_name, gather
+from hpo.space import parse_spec
 from hpo.store import RunDir
 from hpo.store.records import RUN_ATTR, TrialStatus, run_of, status_of
 
@@ -286,3 +288,23 @@ def test_compss_engine_without_pycompss_is_a_clear_error(tmp_path):
     with pytest.raises(hpo.UsageError, match="runcompss"):
         hpo.run(toy_space("nocompss"), engine="compss", runs_dir=tmp_path, progress=False)
     assert not (tmp_path / "nocompss").exists()  # rejected before anything was created
+
+
+def test_a_store_the_engine_cannot_read_ends_its_task_with_the_stores_error(compss, tmp_path):
+    """COMPSs has no wait-any: the engine asks the master's replica whether a
+    task is over. When that read fails, the task's future carries the error,
+    which the master gathers as the store's failure (it leaves; the trial
+    stays resumable), never as the trial's."""
+    compss.start(nodes=1, cpus_per_node=1)
+    spec = parse_spec(toy_space("unread", "hpo.examples.toy:sleep", space={"sleep_s": [0.0]}))
+    (task,) = stored_tasks(spec, tmp_path / "unread")
+
+    def unreadable(_task):
+        raise hpo.StoreUnavailable("the journal cannot be read")
+
+    with CompssEngine.from_spec(spec) as engine:
+        engine.follow(unreadable)
+        future = engine.submit(task)
+        assert engine.clock.wait([future], 60) == {future}
+        with pytest.raises(hpo.StoreUnavailable, match="cannot be read"):
+            gather(future)

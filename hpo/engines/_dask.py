@@ -280,7 +280,7 @@ class DaskEngine(Engine):
         except Exception:  # the client is closing: the cluster lets go of it anyway
             pass
 
-    def cancel(self, task: DaskTask) -> None:
+    def _cancel(self, task: DaskTask) -> None:
         """Cancel ``task``'s Dask task (a running one's result is dropped:
         its trial is told to stop through the store)."""
         task.dask.cancel()
@@ -426,7 +426,7 @@ class DaskTask(Future):
 
     def cancel(self) -> bool:
         if not self.done():
-            self._engine.cancel(self)
+            self._engine._cancel(self)
         return super().cancel()
 
 
