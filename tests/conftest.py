@@ -226,6 +226,19 @@ def stop_processes(procs) -> None:
             proc.kill()
 
 
+def stderr_of(proc: subprocess.Popen, timeout: float) -> str:
+    """What ``proc`` (started with ``stderr=PIPE, text=True``) wrote to stderr
+    by its end; a process still running after ``timeout`` s is killed and
+    the test fails with the end of what it said, which tells why it hung."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        said = proc.communicate()[1] or ""
+        raise AssertionError(f"still running after {timeout:g} s; the end of its stderr:\n"
+                             f"{said[-6000:]}") from None
+
+
 def wait_for(condition, timeout: float = 90, what: str = "condition"):
     """``condition()``'s first true value, polled every 0.1 s for up to ``timeout`` s."""
     deadline = time.monotonic() + timeout

@@ -22,7 +22,7 @@ import pytest
 
 import hpo
 from hpo.trial import TrialStatus
-from conftest import ROOT, tmpfs, toy_space, wait_for
+from conftest import ROOT, stderr_of, tmpfs, toy_space, wait_for
 
 pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
 
@@ -120,7 +120,7 @@ def test_a_full_file_system_stops_the_study_and_fails_no_trial(tmp_path, small_f
     try:
         wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
         filler = fill(small_fs)
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
     finally:
         end(study)
     # One message that names the file system and the fix; no trial blamed.
@@ -145,7 +145,7 @@ def test_a_journal_made_read_only_stops_the_study_with_a_message(tmp_path):
         made = subprocess.run(["chattr", "+i", str(journal)], capture_output=True, text=True)
         if made.returncode != 0:
             pytest.skip(f"cannot make a file immutable here: {made.stderr.strip()}")
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
     finally:
         end(study)
         subprocess.run(["chattr", "-i", str(journal)], capture_output=True)
@@ -165,7 +165,7 @@ def test_a_journal_deleted_under_the_study_is_never_begun_anew(tmp_path):
         wait_for(lambda: complete(run_dir) and running_with_reports(run_dir), what="a trial mid-way")
         journal = run_dir / "journal.log"
         journal.unlink()
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
     finally:
         end(study)
     assert study.returncode == 75, said
@@ -305,7 +305,7 @@ def test_a_trial_on_a_hung_worker_runs_again_elsewhere(tmp_path):
     for it (worker-ttl); the trial's silent heartbeat is enough: the study
     ends well before, only if hpo ran the trial elsewhere."""
     with _hung_worker_study(tmp_path, "hungworker", workers=2) as study:
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
     assert study.returncode == 0, said
     assert "stopped answering for its trial" in said
     (trial,) = trials(tmp_path / "runs" / "hungworker")
@@ -343,7 +343,7 @@ def test_a_task_handed_to_a_hung_worker_runs_on_another(tmp_path):
             study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
             try:
-                _, said = study.communicate(timeout=120)
+                said = stderr_of(study, timeout=120)
             finally:
                 end(study)
         finally:
@@ -508,7 +508,7 @@ def test_a_clean_stop_hands_back_the_trials_it_never_started(tmp_path):
     try:
         wait_for(lambda: running_with_reports(run_dir), what="a trial mid-way")
         study.send_signal(signal.SIGTERM)
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
     finally:
         end(study)
     assert study.returncode == 143, said

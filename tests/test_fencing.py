@@ -23,7 +23,7 @@ import pytest
 from hpo.errors import StoreUnavailable
 from hpo.store import LEASE_FILE, Halted, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink
 from hpo.trial import TrialTask, open_trial
-from conftest import toy_space, wait_for
+from conftest import stderr_of, toy_space, wait_for
 
 pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
 
@@ -319,18 +319,18 @@ def test_a_master_that_wakes_after_another_ran_the_study_writes_nothing_more(tmp
         wait_for(lambda: time.time() - lease.stat().st_mtime > 4, what="the stopped master's lease to go stale")
         second = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if case["wait_second"]:
-            _, said = second.communicate(timeout=240)
+            said = stderr_of(second, timeout=240)
             assert second.returncode == 0, said
             assert not lease.exists()  # the second ended and let the study go
         else:
             wait_for(lambda: str(second.pid) in lease.read_text(), what="the second master to hold the study")
         first.send_signal(signal.SIGCONT)
-        _, said = first.communicate(timeout=180)
+        said = stderr_of(first, timeout=180)
         assert first.returncode == 75, said
         assert "another master took this study over" in said and f"pid {second.pid}" in said
         assert "Traceback" not in said
         if not case["wait_second"]:
-            _, said = second.communicate(timeout=240)
+            said = stderr_of(second, timeout=240)
             assert second.returncode == 0, said
     finally:
         end(first)
@@ -405,7 +405,7 @@ def test_no_report_that_returned_is_missing_from_the_store(tmp_path, dask_addres
         else:
             study.send_signal(signal.SIGKILL)
             mend = lambda: None  # noqa: E731
-        _, said = study.communicate(timeout=120)
+        said = stderr_of(study, timeout=120)
         assert study.returncode == (-signal.SIGKILL if fault == "master killed" else 75), said
         assert "Traceback" not in said
         # The space freed, the journal writable again, or the master gone: the same command goes on.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpo.trial import SILENT_HEARTBEATS
-from conftest import toy_space, wait_for
+from conftest import stderr_of, toy_space, wait_for
 from test_faults import ENV, QUALITIES, assert_each_once, command, end, running_with_reports
 
 pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
@@ -39,7 +39,7 @@ def test_a_master_stopped_longer_than_the_silence_window_takes_no_worker_out(tmp
         study.send_signal(signal.SIGSTOP)
         wait_for(lambda: unwritten_for(run_dir) > 2 * WINDOW_S, what="two silence windows without a write")
         study.send_signal(signal.SIGCONT)
-        _, said = study.communicate(timeout=180)
+        said = stderr_of(study, timeout=180)
     finally:
         end(study)
     assert study.returncode == 0, said
