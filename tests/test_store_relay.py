@@ -23,7 +23,8 @@ import pytest
 
 import hpo
 from hpo.store import (
-    ControlFile, Decision, JournalFile, StudyRelay, StudyStore, TrialLink, clear_dead_relay_lock,
+    ControlFile, Decision, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink, clear_dead_relay_lock,
+    process_stopped,
     split_relay,
 )
 from hpo.dashboards.synthetic import write_study
@@ -286,6 +287,39 @@ def test_the_lock_of_a_relay_killed_while_busy_is_cleared_by_the_next_master(tmp
         assert not lock.is_symlink() and not held.exists()
         link = _started(relay, tmp_path)
         link.report(0, {"value": 1.0}, 1.0)  # no wait for a grace period
+
+
+def _stopped_holding_the_lock(busy: subprocess.Popen, held: Path) -> None:
+    """Stop ``busy`` (SIGSTOP) at a moment its relay holds the journal's lock."""
+    while True:
+        wait_for(lambda: held.exists() or busy.poll() is not None, what="the relay to hold the lock")
+        assert busy.poll() is None, "the busy relay died"
+        busy.send_signal(signal.SIGSTOP)
+        wait_for(lambda: process_stopped(busy.pid), what="the relay's process to stop")
+        if held.exists():
+            return
+        busy.send_signal(signal.SIGCONT)  # it let go just before: again
+
+
+def test_the_lock_of_a_stopped_relay_is_cleared_by_a_master_that_took_the_lease(tmp_path):
+    """A master stopped (Ctrl-Z) while its relay held the journal's lock:
+    the next master, which took the study's lease, removes it at once
+    instead of waiting out Optuna's 30 s grace; a relay without the lease
+    leaves it."""
+    journal = tmp_path / "journal.log"
+    lock, held = Path(f"{journal}.lock"), Path(f"{journal}.relay-held")
+    busy = subprocess.Popen([sys.executable, "-c", _BUSY_RELAY, str(journal)])
+    try:
+        _stopped_holding_the_lock(busy, held)
+        assert not clear_dead_relay_lock(str(journal))  # a stopped process may be continued
+        assert lock.is_symlink()
+        with MasterLease(tmp_path) as lease, StudyRelay(str(journal), "s", lease=lease) as relay:
+            assert not lock.is_symlink() and not held.exists()
+            link = _started(relay, tmp_path)
+            link.report(0, {"value": 1.0}, 1.0)  # no wait for a grace period
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def test_a_live_relay_keeps_its_lock(relay, tmp_path):

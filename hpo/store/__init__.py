@@ -37,7 +37,7 @@ The parts, each in its own module:
 from hpo.store import records
 from hpo.store._control import CONTROL_FILE, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, EPOCH_SUFFIX, journal_epoch, write_epoch_file
-from hpo.store._files import MACHINE_FAULTS, process_alive, unwritable, write_atomically
+from hpo.store._files import MACHINE_FAULTS, process_alive, process_stopped, unwritable, write_atomically
 from hpo.store._journal import JournalFile
 from hpo.store._lease import LEASE_FILE, MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
@@ -67,4 +67,4 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file",
            "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",
-           "is_placeholder", "gc_paused", "process_alive", "unwritable", "MACHINE_FAULTS"]
+           "is_placeholder", "gc_paused", "process_alive", "process_stopped", "unwritable", "MACHINE_FAULTS"]

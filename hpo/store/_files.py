@@ -63,6 +63,17 @@ def process_alive(pid: Any) -> bool:
     return True
 
 
+def process_stopped(pid: Any) -> bool:
+    """Whether process ``pid`` of this host is stopped (SIGSTOP, Ctrl-Z, a
+    debugger), as ``/proc`` says; False when unknown."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]  # after the command's name
+    except (OSError, ValueError, IndexError, TypeError):
+        return False
+    return state in (b"T", b"t")
+
+
 def unwritable(path: str | os.PathLike[str], err: int | None, why: str) -> StoreUnavailable:
     """What a write to ``path`` that failed with ``err`` means, in the words
     a user acts on: the file system, and what to do."""

@@ -59,7 +59,7 @@ from hpo.store._epoch import (
     taken_over,
     write_epoch_file,
 )
-from hpo.store._files import process_alive, unwritable
+from hpo.store._files import process_alive, process_stopped, unwritable
 from hpo.store._format import JournalSnapshot, encode_records
 from hpo.store._journal import JournalFile, write_durably
 from hpo.store._lease import MasterLease
@@ -217,7 +217,8 @@ class StudyRelay:
             self.ledger: Ledger = StorageLedger(self.storage, study_name, pruning)
             self.storage.on_decision = self.ledger.forget_study
         else:
-            clear_dead_relay_lock(url)
+            # With the lease, a relay stopped while it held the lock is an earlier master's.
+            clear_dead_relay_lock(url, stopped_is_gone=lease is not None)
             self._journal = JournalFile(url)
             ledger = JournalLedger(study_name, pruning)
             self.ledger = ledger
@@ -1004,25 +1005,30 @@ class _Appender:
             stack.close()
 
 
-def clear_dead_relay_lock(path: str) -> bool:
+def clear_dead_relay_lock(path: str, stopped_is_gone: bool = False) -> bool:
     """Remove the journal's lock if a relay that is gone left it: the next
     master would otherwise wait out Optuna's 30 s grace. Only the very lock
     that relay took (same inode and change time) is removed, and only when its
     process is gone from this host, or ran elsewhere: the caller holds the
-    study's master lease, so the master around that relay is gone."""
+    study's master lease, so the master around that relay is gone. With
+    ``stopped_is_gone`` (the caller took the lease from it), a process of
+    this host that is stopped (Ctrl-Z, SIGSTOP) counts as gone: when it
+    wakes, its relay finds the study taken and writes nothing more."""
     try:
         held = json.loads(Path(path + _HELD_SUFFIX).read_text())
         lock = held["lock"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if held.get("host") == socket.gethostname() and process_alive(held.get("pid")):
+    pid = held.get("pid")
+    if held.get("host") == socket.gethostname() and process_alive(pid) and not (
+            stopped_is_gone and process_stopped(pid)):
         return False
     if _lock_identity(path) != lock:
         return False
     os.unlink(path + _LOCK_SUFFIX)
     Path(path + _HELD_SUFFIX).unlink(missing_ok=True)
-    print(f"hpo: {path}: removed the journal lock an earlier master left when it died "
-          f"(pid {held.get('pid')} on {held.get('host')})", file=sys.stderr, flush=True)
+    print(f"hpo: {path}: removed the journal lock an earlier master left when it died or was "
+          f"stopped (pid {pid} on {held.get('host')})", file=sys.stderr, flush=True)
     return True
 
 
