@@ -603,3 +603,26 @@ def test_a_study_resumed_from_its_snapshot_goes_on_and_ends_as_one(tmp_path, mon
     _set_snapshot_aside(journal)
     assert opened["from"] is not None and opened["pruning"] != _learnt(pruning())
     assert _without_from(opened) == _without_from(_opened(journal, pruning(), "resumed"))
+
+
+def test_a_decision_written_while_a_database_ledger_reads_the_study_reaches_the_next_answer(tmp_path):
+    """The relay's thread reads the study's decisions while the master writes
+    one: the view it read is not kept, so the next request sees the decision
+    (and not a view up to 0.2 s old that misses a stop)."""
+    from hpo.store._ledger import StorageLedger
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    optuna.create_study(study_name="s", storage=storage)
+    ledger = StorageLedger(storage, "s")
+    read = storage.get_study_system_attrs
+
+    def read_as_the_master_decides(study_id):
+        attrs = read(study_id)  # read before the master's write...
+        storage.get_study_system_attrs = read
+        StudyStore(storage, "s").set_stop({"reason": "target"})  # ...which lands now
+        ledger.forget_study()  # as the master's database storage says (on_decision)
+        return attrs
+
+    storage.get_study_system_attrs = read_as_the_master_decides
+    assert ledger.study().stop is None  # the read that began first
+    assert ledger.study().stop == {"reason": "target"}

@@ -333,7 +333,10 @@ class StorageLedger(Ledger):
                  pruning: Pruning | None = None) -> None:
         super().__init__(pruning)
         self.storage, self.study_name = storage, study_name
-        self._study: tuple[float, StudyView] | None = None
+        self._study: tuple[float, StudyView, int] | None = None
+        # Counts the master's decisions: a view read while one was written is
+        # not kept (its read may have begun before the write).
+        self._decisions = 0
         self._objectives: int | None = None
         self._live: dict[int, TrialView] = {}
         self._ended: dict[int, tuple[str, float | None]] = {}
@@ -402,11 +405,12 @@ class StorageLedger(Ledger):
 
     def forget_study(self) -> None:
         """The master wrote a study decision: read them afresh next time."""
+        self._decisions += 1  # only the master's thread writes it
         self._study = None
 
     def study(self) -> StudyView:
-        cached = self._study
-        if cached is not None and time.monotonic() - cached[0] < _STUDY_FRESH_S:
+        cached, decisions = self._study, self._decisions
+        if cached is not None and cached[2] == decisions and time.monotonic() - cached[0] < _STUDY_FRESH_S:
             return cached[1]
         try:
             study_id = self._study_id()
@@ -414,7 +418,7 @@ class StorageLedger(Ledger):
                                                 self.storage.get_study_system_attrs(study_id)))
         except KeyError:
             view = StudyView()
-        self._study = (time.monotonic(), view)
+        self._study = (time.monotonic(), view, decisions)
         return view
 
     def wrote(self, writes: list[tuple[str, int, Any, Any]]) -> None:
