@@ -317,9 +317,15 @@ class Controller:
             for task, future in zip(tasks, self._submit_many(tasks, priority)):
                 self._in_flight[task.number] = InFlight(task, future, submitted_at)
 
+    @cached_property
+    def _batches(self) -> SubmitsMany | None:
+        """The engine, where it takes many tasks in one message (a protocol's
+        isinstance is slow to ask at every submit)."""
+        return self.engine if isinstance(self.engine, SubmitsMany) else None
+
     def _submit_many(self, tasks: list[TrialTask], priority: bool) -> list[Future]:
-        if isinstance(self.engine, SubmitsMany):  # in one message
-            return self.engine.submit_many(tasks, priority)
+        if self._batches is not None:
+            return self._batches.submit_many(tasks, priority)
         return [self.engine.submit(task, priority) for task in tasks]
 
     def _give_up(self, future: Future) -> None:

@@ -379,9 +379,10 @@ class StudySpec:
         to 4,096 configurations: computed once)."""
         return shape_bounds(self)
 
-    @property
+    @cached_property
     def grid_size(self) -> int | None:
-        """Number of grid points, or None when a parameter is a continuous range."""
+        """Number of grid points, or None when a parameter is a continuous range
+        (computed once: the master asks it at every turn of its loop)."""
         if all(param.is_finite for param in self.params.values()):
             return self.grid().size
         return None
