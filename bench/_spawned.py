@@ -13,6 +13,7 @@ def in_process(target: Callable[..., None], *args: Any) -> Any:
     receive, send = ctx.Pipe(duplex=False)
     process = ctx.Process(target=target, args=(*args, send))
     process.start()
+    send.close()  # the child's copy alone: a child that dies without sending ends recv() (EOFError)
     result = receive.recv()
     process.join()
     return result

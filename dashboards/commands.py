@@ -55,8 +55,9 @@ def _dashboard(args: argparse.Namespace) -> int:
     if args.refresh_s <= 0:
         raise UsageError(f"--refresh-s {args.refresh_s}: must be positive.\n  fix: e.g. --refresh-s 5")
     from hpo.dashboards.app import make_app, warm_up_later
-    from hpo.dashboards.data import StoreReader, gc_paused
+    from hpo.dashboards.data import StoreReader
     from hpo.dashboards.studies import run_dirs
+    from hpo.store import gc_paused
 
     started = time.perf_counter()
     # Errors about the run directories come before the server. The stores are

@@ -26,7 +26,7 @@ from hpo.results import StudyResult, TrialRecord, record_fields
 from hpo.store import RunDir, StudyStore, gc_paused, is_placeholder, records_read
 from hpo.store.records import allocations_of, grouped_attrs, run_of
 
-__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "gc_paused", "VIEWS_EVERY"]
+__all__ = ["TrialView", "Snapshot", "StoreReader", "load_snapshot", "VIEWS_EVERY"]
 
 # Journal records a reader replays beyond its views snapshot before it writes
 # a new one (journal.log.views, dashboards/view_cache.py); writing 100,000

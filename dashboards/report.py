@@ -14,8 +14,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from hpo.dashboards import leaderboard
-from hpo.dashboards.data import Snapshot, gc_paused, load_snapshot
+from hpo.dashboards.data import Snapshot, load_snapshot
 from hpo.dashboards.views import PARETO, View, summary, views_of
+from hpo.store import gc_paused
 
 __all__ = ["build_report", "write_report"]
 

@@ -266,7 +266,10 @@ class DaskEngine(Engine):
         finally:
             self._let_go(task)
         try:
-            task.set_result(None) if error is None else task.set_exception(error)
+            if error is None:
+                task.set_result(None)
+            else:
+                task.set_exception(error)
         except InvalidStateError:
             pass  # the master cancelled it meanwhile
 

@@ -245,7 +245,7 @@ class _Packer:
     def _shared(self, value: Any) -> Any:
         kind = type(value)
         if kind is str:
-            return self._strings.setdefault(value, value)
+            return self._string(value)
         if kind is dict:
             return {self._string(k) if type(k) is str else k: self._shared(v) for k, v in value.items()}
         if kind is list:
