@@ -20,6 +20,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+import hpo
 from hpo.errors import StoreUnavailable
 from hpo.store import LEASE_FILE, Halted, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink
 from hpo.trial import TrialTask, open_trial
@@ -184,6 +185,33 @@ def test_a_superseded_attempt_of_the_same_run_writes_nothing_around_the_relay(tm
     steps = [(r["step"], r["intermediate_value"]) for r in _records(tmp_path)
              if r.get("trial_id") == trial_id and r.get("op_code") == 7]
     assert steps == [(0, 1.0), (1, 2.0)]
+
+
+def test_an_attempt_started_around_the_relay_carries_on_from_the_stored_one(tmp_path):
+    """Dask runs a task again when its worker dies, with the context the
+    master gave it before the lost attempt began. Around the relay (its
+    master stopped, SIGSTOP), the new attempt still begins from the stored
+    run record, as the relay's start does: attempt 2, the lost one charged
+    and named in a ``retried`` event. The same start asked again (its
+    answer lost) begins nothing more."""
+    first, _ = _relay(tmp_path, "a")
+    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
+    first.stop()
+    url, control = str(tmp_path / "journal.log"), str(tmp_path / "control.json")
+    lost = TrialLink(url, trial_id, control, master="a")
+    lost.start({"host": "here", "pid": 111}, 1.0, 0, EMPTY)
+    lost.report(0, {"value": 1.0}, 1.0)  # then its worker dies
+
+    again = TrialLink(url, trial_id, control, master="a")
+    run = again.start({"host": "there", "pid": 222}, 2.0, 0, EMPTY)["run"]
+    assert again.direct and run["attempt"] == 2 and run["pid"] == 222
+    assert [a["pid"] for a in run["previous"]] == [111]
+    assert again.start({"host": "there", "pid": 222}, 2.0, 0, EMPTY)["run"] == run
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
+    trial = hpo.TrialRecord.from_frozen(storage.get_trial(trial_id))
+    retried = [e["reason"] for e in trial.events if e["kind"] == "retried"]
+    assert trial.attempt == 2 and len(retried) == 1 and "(pid 111)" in retried[0]
 
 
 def test_a_journal_made_read_only_halts_an_attempt_writing_around_the_relay(tmp_path):

@@ -21,7 +21,7 @@ from optuna.distributions import distribution_to_json
 
 __all__ = ["Op", "FIELDS", "JournalSnapshot", "op_of", "encode_records", "record_starts",
            "creation_ops", "trial_system_attr", "intermediate_value", "trial_state",
-           "trial_creation", "study_attrs", "trial_attrs", "reported"]
+           "trial_creation", "study_attrs", "trial_attrs", "reported", "last_trial_system_attrs"]
 
 
 class Op(enum.IntEnum):
@@ -119,6 +119,32 @@ def reported(record: dict[str, Any]) -> tuple[int, int] | None:
     if op_of(record) != Op.SET_TRIAL_INTERMEDIATE_VALUE:
         return None
     return record["trial_id"], int(record["step"])
+
+
+def last_trial_system_attrs(data: bytes, trial_id: int, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The last value set in ``data`` (whole journal lines) of each of trial
+    ``trial_id``'s system attributes ``keys`` (those never set: absent).
+    Only the lines naming a key are decoded, in hpo's compact form or in
+    Optuna's own (``json.dumps``'s spaces)."""
+    ids = (b'"trial_id":%d,' % trial_id, b'"trial_id": %d,' % trial_id)
+    found: dict[str, Any] = {}
+    for key in keys:
+        mark = _JSON(key).encode()
+        at = data.rfind(mark)
+        while at >= 0:
+            start, stop = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+            line = data[start:stop if stop >= 0 else len(data)]
+            if any(i in line for i in ids):
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a torn line: Optuna's replay skips it too
+                    record = {}
+                attrs = trial_attrs(record) if op_of(record) == Op.SET_TRIAL_SYSTEM_ATTR else {}
+                if record.get("trial_id") == trial_id and key in attrs:
+                    found[key] = attrs[key]
+                    break
+            at = data.rfind(mark, 0, start)
+    return found
 
 
 # -- writing ------------------------------------------------------------------------

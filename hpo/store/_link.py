@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +52,16 @@ from hpo.store._protocol import (
     split_relay,
 )
 from hpo.store._writes import Write, apply_writes, journal_records, writes_of
-from hpo.store.records import RUN_ATTR, EventRecord, RunRecord, TrialContext, TrialStatus, begin_attempt
+from hpo.store.records import (
+    HEARTBEAT_ATTR,
+    RUN_ATTR,
+    EventRecord,
+    RunRecord,
+    TrialContext,
+    TrialStatus,
+    attempt_open,
+    begin_attempt,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -373,9 +384,25 @@ class TrialLink:
             self.decision = self._control.decision(self.trial_id)
         return {"ok": True}
 
+    def _direct_sink(self) -> _DirectSink:
+        if self._sink is None:
+            self._sink = _DirectSink(self.url)
+        return self._sink
+
     def _start_here(self, where: dict[str, Any], now: float, gpus: float,
                     context: TrialContext) -> dict[str, Any]:
-        run, events = begin_attempt(context["run"], context["heartbeat"], where, now, gpus, self.token)
+        # The attempt carries on from the trial's stored run record, as the
+        # relay's start does, not from its task's: a task Dask runs again after
+        # its worker died was made before the lost attempt began.
+        with _store_faults_halt():
+            stored = self._direct_sink().trial_attrs(self.trial_id, (RUN_ATTR, HEARTBEAT_ATTR))
+        previous = stored.get(RUN_ATTR) or context["run"]
+        heartbeat = stored[HEARTBEAT_ATTR] if HEARTBEAT_ATTR in stored else context["heartbeat"]
+        events: list[tuple[str, EventRecord]]
+        if previous.get("token") == self.token and attempt_open(previous):  # asked again
+            run, events = previous, []
+        else:
+            run, events = begin_attempt(previous, heartbeat, where, now, gpus, self.token)
         writes: list[Write] = [("attr", self.trial_id, key, event) for key, event in events]
         self._write_here([*writes, ("attr", self.trial_id, RUN_ATTR, run),
                           ("state", self.trial_id, TrialStatus.RUNNING, None)])
@@ -384,16 +411,8 @@ class TrialLink:
     def _write_here(self, writes: list[Write]) -> None:
         if not writes:
             return
-        try:
-            if self._sink is None:
-                self._sink = _DirectSink(self.url)
-            written = self._sink.write(writes, self.master, self._fence)
-        except OSError as exc:
-            # The store's fault, not the trial's (a full disk, a journal
-            # deleted or made read-only): the attempt stops, resumable.
-            if exc.errno in (*MACHINE_FAULTS, errno.ENOENT, errno.EPERM, errno.EACCES):
-                raise Halted("unavailable") from exc
-            raise
+        with _store_faults_halt():
+            written = self._direct_sink().write(writes, self.master, self._fence)
         if not written:  # another master's run took the study, or another attempt the trial
             raise Halted("superseded" if self._fence is not None and self._fence.superseded else "unavailable")
 
@@ -415,6 +434,21 @@ class _DirectSink:
 
             self._storage = None
             self._journal = JournalFile(url, create=False)
+
+    def trial_attrs(self, trial_id: int, keys: tuple[str, ...]) -> dict[str, Any]:
+        """The stored values of a trial's system attributes ``keys`` (those
+        never set: absent). The whole journal is read: this path is the
+        fallback, taken once per attempt that starts around the relay."""
+        if self._journal is not None:
+            from hpo.store._format import last_trial_system_attrs
+
+            with open(self._journal.path, "rb") as f:
+                data = f.read()
+            return last_trial_system_attrs(data[: data.rfind(b"\n") + 1], trial_id, keys)
+        if self._storage is None:
+            raise RuntimeError("hpo internal error: a database's sink")
+        attrs = self._storage.get_trial(trial_id).system_attrs
+        return {key: attrs[key] for key in keys if key in attrs}
 
     def write(self, writes: list[Write], master: str | None, fence: _AttemptFence | None = None) -> bool:
         """Make ``writes`` unless the store's epoch names another master than
@@ -475,6 +509,18 @@ class _AttemptFence:
             at = data.find(self._mark, stop, end)
         self._read += end
         return True
+
+
+@contextmanager
+def _store_faults_halt() -> Iterator[None]:
+    """The store's faults are not the trial's (a full disk, a journal deleted
+    or made read-only): the attempt stops, resumable."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (*MACHINE_FAULTS, errno.ENOENT, errno.EPERM, errno.EACCES):
+            raise Halted("unavailable") from exc
+        raise
 
 
 _NO_DECISION = Decision()
