@@ -218,3 +218,69 @@ def test_a_damaged_journal_given_as_storage_is_refused_with_its_repair(run_dir, 
     assert f"damaged at byte {start}" in proc.stderr
     assert "hpo repair" in proc.stderr and "Traceback" not in proc.stderr
     assert journal.read_bytes() == data and not (tmp_path / "runs" / "tiny").exists()
+
+
+# -- the journal's lock, left by a writer that died ------------------------------------
+
+_HOLD_THE_LOCK = """
+import sys, time
+from pathlib import Path
+from hpo.store import JournalFile
+with JournalFile(sys.argv[1]).locked():
+    Path(sys.argv[2]).write_text("held")
+    time.sleep(600)
+"""
+
+
+def _holding_the_lock(journal: Path, tmp_path: Path) -> subprocess.Popen:
+    """A process that holds the journal's lock until it is killed."""
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_THE_LOCK, str(journal), str(ready)], env=ENV)
+    from conftest import wait_for
+
+    wait_for(lambda: ready.exists() or holder.poll() is not None, what="the lock to be held")
+    assert holder.poll() is None, "the holder died"
+    return holder
+
+
+def test_a_lock_left_by_a_writer_killed_inside_an_append_is_broken_at_once(tmp_path, capsys):
+    """Optuna's writers wait out a 30 s grace for a lock nobody releases; a
+    lock whose holder died on this host is broken by the next writer at
+    once. The grace is made endless here: only that can let the append in."""
+    from hpo.store import HELD_SUFFIX, LOCK_SUFFIX, JournalFile, clear_dead_lock
+
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(b"")
+    holder = _holding_the_lock(journal, tmp_path)
+    held = json.loads(Path(f"{journal}{HELD_SUFFIX}").read_text())
+    assert held["pid"] == holder.pid and Path(f"{journal}{LOCK_SUFFIX}").is_symlink()
+    assert not clear_dead_lock(str(journal))  # alive: its lock is its own
+    holder.kill()
+    holder.wait()
+
+    writer = JournalFile(str(journal), create=False)
+    writer._journal_lock.grace_period = None  # no grace: only the dead holder's lock may be broken
+    record = b'{"op_code":0,"worker_id":"w","study_name":"s","directions":[1]}\n'
+    assert writer.append_direct(record)
+    assert journal.read_bytes() == record
+    assert not Path(f"{journal}{LOCK_SUFFIX}").exists()
+    assert f"removed the journal lock that process {holder.pid}" in capsys.readouterr().err
+
+
+def test_a_lock_named_by_another_host_is_left_to_the_grace_period(tmp_path):
+    """A writer on another node cannot be seen from here: its lock stays
+    until Optuna's grace runs out, unless it was a relay and the caller is
+    the study's next master."""
+    from hpo.store import HELD_SUFFIX, clear_dead_lock
+
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(b"")
+    holder = _holding_the_lock(journal, tmp_path)
+    holder.kill()
+    holder.wait()
+    marker = Path(f"{journal}{HELD_SUFFIX}")
+    held = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**held, "host": "another-node"}))
+    assert not clear_dead_lock(str(journal), relays_gone=True)  # a writer's: alive for all we know
+    marker.write_text(json.dumps({**held, "host": "another-node", "role": "relay"}))
+    assert clear_dead_lock(str(journal), relays_gone=True)

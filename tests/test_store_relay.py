@@ -23,7 +23,7 @@ import pytest
 
 import hpo
 from hpo.store import (
-    ControlFile, Decision, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink, clear_dead_relay_lock,
+    ControlFile, Decision, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink, clear_dead_lock, lock_holder,
     process_stopped,
     split_relay,
 )
@@ -274,29 +274,30 @@ with StudyRelay(sys.argv[1], "s") as relay:
 
 def test_the_lock_of_a_relay_killed_while_busy_is_cleared_by_the_next_master(tmp_path):
     journal = tmp_path / "journal.log"
-    lock, held = Path(f"{journal}.lock"), Path(f"{journal}.relay-held")
+    lock = Path(f"{journal}.lock")
     busy = subprocess.Popen([sys.executable, "-c", _BUSY_RELAY, str(journal)])
     try:
-        wait_for(lambda: held.exists() or busy.poll() is not None, what="the relay to hold the lock")
+        wait_for(lambda: lock_holder(str(journal)) or busy.poll() is not None, what="the relay to hold the lock")
         assert busy.poll() is None, "the busy relay died"
     finally:
         busy.kill()
         busy.wait()
     assert lock.is_symlink()  # left behind: Optuna's writers would wait 30 s for it
     with StudyRelay(str(journal), "s") as relay:  # as the next hpo.run opens the study
-        assert not lock.is_symlink() and not held.exists()
+        assert not lock.is_symlink()
         link = _started(relay, tmp_path)
         link.report(0, {"value": 1.0}, 1.0)  # no wait for a grace period
 
 
-def _stopped_holding_the_lock(busy: subprocess.Popen, held: Path) -> None:
+def _stopped_holding_the_lock(busy: subprocess.Popen, journal: Path) -> None:
     """Stop ``busy`` (SIGSTOP) at a moment its relay holds the journal's lock."""
     while True:
-        wait_for(lambda: held.exists() or busy.poll() is not None, what="the relay to hold the lock")
+        wait_for(lambda: lock_holder(str(journal)) or busy.poll() is not None,
+                 what="the relay to hold the lock")
         assert busy.poll() is None, "the busy relay died"
         busy.send_signal(signal.SIGSTOP)
         wait_for(lambda: process_stopped(busy.pid), what="the relay's process to stop")
-        if held.exists():
+        if (lock_holder(str(journal)) or {}).get("pid") == busy.pid:
             return
         busy.send_signal(signal.SIGCONT)  # it let go just before: again
 
@@ -307,14 +308,14 @@ def test_the_lock_of_a_stopped_relay_is_cleared_by_a_master_that_took_the_lease(
     instead of waiting out Optuna's 30 s grace; a relay without the lease
     leaves it."""
     journal = tmp_path / "journal.log"
-    lock, held = Path(f"{journal}.lock"), Path(f"{journal}.relay-held")
+    lock = Path(f"{journal}.lock")
     busy = subprocess.Popen([sys.executable, "-c", _BUSY_RELAY, str(journal)])
     try:
-        _stopped_holding_the_lock(busy, held)
-        assert not clear_dead_relay_lock(str(journal))  # a stopped process may be continued
+        _stopped_holding_the_lock(busy, journal)
+        assert not clear_dead_lock(str(journal))  # a stopped process may be continued
         assert lock.is_symlink()
         with MasterLease(tmp_path) as lease, StudyRelay(str(journal), "s", lease=lease) as relay:
-            assert not lock.is_symlink() and not held.exists()
+            assert not lock.is_symlink()
             link = _started(relay, tmp_path)
             link.report(0, {"value": 1.0}, 1.0)  # no wait for a grace period
     finally:
@@ -329,8 +330,8 @@ def test_a_live_relay_keeps_its_lock(relay, tmp_path):
     writer.start()
     try:
         journal = split_relay(relay.writers_url)[0]
-        wait_for(lambda: Path(f"{journal}.relay-held").exists(), what="the relay to hold the lock")
-        assert not clear_dead_relay_lock(journal)  # its process is alive
+        wait_for(lambda: lock_holder(journal), what="the relay to hold the lock")
+        assert not clear_dead_lock(journal)  # its process is alive
         assert Path(f"{journal}.lock").is_symlink()
     finally:
         stop.set()

@@ -38,12 +38,12 @@ from hpo.store import records
 from hpo.store._control import CONTROL_FILE, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, EPOCH_SUFFIX, journal_epoch, write_epoch_file
 from hpo.store._files import MACHINE_FAULTS, process_alive, process_stopped, unwritable, write_atomically
-from hpo.store._journal import JournalFile
+from hpo.store._journal import HELD_SUFFIX, LOCK_SUFFIX, JournalFile, clear_dead_lock, lock_holder
 from hpo.store._lease import LEASE_FILE, MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
 from hpo.store._link import Ended, RelayConnection, TrialLink
 from hpo.store._protocol import Decision, Halted, MalformedRequest, split_relay
-from hpo.store._relay import StudyRelay, clear_dead_relay_lock, relay_interface
+from hpo.store._relay import StudyRelay, relay_interface
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._snapshot import (
     Mark,
@@ -62,7 +62,8 @@ from hpo.store.records import TrialContext, TrialStatus, context_of
 
 __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "write_atomically",
            "JOURNAL_FILE", "LEASE_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
-           "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_relay_lock",
+           "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_lock", "lock_holder",
+           "LOCK_SUFFIX", "HELD_SUFFIX",
            "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
            "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file",
            "TrialContext", "context_of", "check_storage_url",

@@ -60,18 +60,22 @@ def process_alive(pid: Any) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return _state(pid) != b"Z"  # a zombie is dead: only its parent has not reaped it yet
 
 
 def process_stopped(pid: Any) -> bool:
     """Whether process ``pid`` of this host is stopped (SIGSTOP, Ctrl-Z, a
     debugger), as ``/proc`` says; False when unknown."""
+    return _state(pid) in (b"T", b"t")
+
+
+def _state(pid: Any) -> bytes | None:
+    """Process ``pid``'s state letter, as ``/proc`` says; None when unknown."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as stat:
-            state = stat.read().rsplit(b")", 1)[1].split()[0]  # after the command's name
+            return stat.read().rsplit(b")", 1)[1].split()[0]  # after the command's name
     except (OSError, ValueError, IndexError, TypeError):
-        return False
-    return state in (b"T", b"t")
+        return None
 
 
 def unwritable(path: str | os.PathLike[str], err: int | None, why: str) -> StoreUnavailable:

@@ -11,10 +11,12 @@ intact records and says honestly what the dropped bytes may have held.
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import json
 import math
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -26,7 +28,7 @@ import optuna
 from optuna.storages.journal import BaseJournalBackend, JournalFileBackend, JournalFileSymlinkLock
 
 from hpo.errors import UsageError
-from hpo.store._files import write_atomically
+from hpo.store._files import process_alive, process_stopped, write_atomically
 from hpo.store._format import FIELDS, Op, creation_ops, encode_records, record_starts
 from hpo.store._protocol import MAX_STEP
 from hpo.store.records import (
@@ -38,8 +40,12 @@ from hpo.store.records import (
     SEGMENT_ATTR,
 )
 
-__all__ = ["JournalFile", "JournalLock", "LockLost", "repair_journal", "write_durably", "encode_records", "unusable"]
+__all__ = ["JournalFile", "JournalLock", "LockLost", "clear_dead_lock", "lock_holder", "LOCK_SUFFIX", "HELD_SUFFIX",
+           "repair_journal", "write_durably", "encode_records", "unusable"]
 
+LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
+HELD_SUFFIX = ".lock-held"  # names the lock's holder while it is held
+_LOCK_NAP_S = 0.05  # a waiter looks at the lock at least this often (Optuna's: up to 1 s)
 _CHUNK = 8192
 _SEARCH_CHUNK = 8 << 20
 
@@ -51,19 +57,54 @@ class LockLost(RuntimeError):
 
 
 class JournalLock(JournalFileSymlinkLock):
-    """Optuna's symlink lock, released only while it is still the one this
-    writer took: Optuna's own release removes whatever lock is there, so a
-    writer that wakes after its lock was broken would remove the next
-    holder's, and two writers would append at once."""
+    """Optuna's symlink lock, named by its holder and released only while it
+    is still the one this writer took.
 
-    def __init__(self, path: str) -> None:
+    Optuna's own release removes whatever lock is there, so a writer that
+    wakes after its lock was broken would remove the next holder's, and two
+    writers would append at once. While held, ``<journal>.lock-held`` names
+    the lock (its inode and change time), its host and its process: a
+    writer that finds the lock left by a process gone from this host (killed
+    inside an append) breaks exactly that lock at once, instead of waiting
+    out Optuna's 30 s grace; any other lock is waited for as Optuna does,
+    and broken after the grace period when the journal stays unchanged."""
+
+    def __init__(self, path: str, role: str = "writer") -> None:
         super().__init__(path)
+        self.role = role  # "relay": a master's, gone once another master holds the study
         self._mine: tuple[int, int] | None = None
 
     def acquire(self) -> bool:
-        taken = super().acquire()
+        nap_s, changed, seen = 0.001, time.monotonic(), None
+        while True:
+            try:
+                os.symlink(self._lock_target_file, self._lock_file)
+                break
+            except FileExistsError:
+                pass
+            if clear_dead_lock(self._lock_target_file):
+                continue
+            try:
+                mtime = os.stat(self._lock_file).st_mtime  # the journal's: a holder appending keeps it fresh
+            except OSError:
+                continue  # released meanwhile
+            if mtime != seen:
+                seen, changed = mtime, time.monotonic()
+            if self.grace_period is not None and time.monotonic() - changed > self.grace_period:
+                print(f"hpo: {self._lock_file}: broke a journal lock held for over "
+                      f"{self.grace_period} s with the journal unchanged", file=sys.stderr, flush=True)
+                try:
+                    super().release()
+                except RuntimeError:  # released or broken meanwhile
+                    pass
+                continue
+            time.sleep(nap_s)
+            nap_s = min(2 * nap_s, _LOCK_NAP_S)
         self._mine = _link_identity(self._lock_file)
-        return taken
+        held = {"lock": list(self._mine or ()), "host": socket.gethostname(), "pid": os.getpid(),
+                "role": self.role}
+        Path(self._lock_target_file + HELD_SUFFIX).write_text(json.dumps(held))
+        return True
 
     def release(self) -> None:
         mine, self._mine = self._mine, None
@@ -71,6 +112,55 @@ class JournalLock(JournalFileSymlinkLock):
             raise LockLost(f"{self._lock_file}: the journal's lock was broken while this process "
                            "held it (it was stopped for longer than the lock's grace period)")
         super().release()
+        # Only then, and only if it is still this lock's: a writer killed in
+        # between leaves a marker naming no lock, never a lock without its name.
+        marker = self._lock_target_file + HELD_SUFFIX
+        try:
+            if json.loads(Path(marker).read_text()).get("lock") == list(mine or ()):
+                os.unlink(marker)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def lock_holder(path: str) -> dict[str, Any] | None:
+    """Who holds the journal's lock (its ``host``, ``pid`` and ``role``),
+    as the lock's marker says; None when it is free or its holder unnamed."""
+    try:
+        held = json.loads(Path(path + HELD_SUFFIX).read_text())
+        named = [int(n) for n in held["lock"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return held if list(_link_identity(path + LOCK_SUFFIX) or ()) == named else None
+
+
+def clear_dead_lock(path: str, stopped_is_gone: bool = False, relays_gone: bool = False) -> bool:
+    """Remove the journal's lock if a process that is gone left it. Only the
+    very lock that process took (same inode and change time) is removed, and
+    only when the process is gone from this host, or, with
+    ``stopped_is_gone``, stopped (Ctrl-Z, SIGSTOP): a caller that took the
+    study's lease from it knows that when it wakes, it writes nothing more.
+    With ``relays_gone`` (a master opening the study), a relay's lock is
+    removed wherever it ran: the master around it is gone. Breakers take
+    turns (``flock`` on the journal), so that two never remove a lock one
+    of them broke and a third took since."""
+    held = lock_holder(path)
+    if held is None:
+        return False
+    pid = held.get("pid")
+    elsewhere = held.get("host") != socket.gethostname()
+    if elsewhere and not (relays_gone and held.get("role") == "relay"):
+        return False
+    if not elsewhere and process_alive(pid) and not (stopped_is_gone and process_stopped(pid)):
+        return False
+    with open(path, "rb") as turn:  # nothing else flocks the journal
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        if lock_holder(path) != held:
+            return False  # released, or broken by another, since
+        Path(path + HELD_SUFFIX).unlink(missing_ok=True)
+        os.unlink(path + LOCK_SUFFIX)
+    print(f"hpo: {path}: removed the journal lock that process {pid} on {held.get('host')} left "
+          "when it died or was stopped", file=sys.stderr, flush=True)
+    return True
 
 
 def _link_identity(path: str) -> tuple[int, int] | None:
@@ -86,9 +176,9 @@ class JournalFile(JournalFileBackend):
     is set aside before an append, damage in the middle is refused on reading,
     and so is a record of a newer Optuna (rather than cut off as torn)."""
 
-    def __init__(self, path: str, create: bool = True) -> None:
+    def __init__(self, path: str, create: bool = True, role: str = "writer") -> None:
         self._path = path
-        self._journal_lock = JournalLock(path)
+        self._journal_lock = JournalLock(path, role)
         if not create and not os.path.exists(path):
             # A writer of a running study never begins a journal: one that
             # vanished must stay missing, for the next master to refuse.

@@ -26,7 +26,6 @@ it, and its ledger asks the database.
 
 from __future__ import annotations
 
-import json
 import marshal
 import os
 import resource
@@ -40,7 +39,6 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import optuna
@@ -59,9 +57,9 @@ from hpo.store._epoch import (
     taken_over,
     write_epoch_file,
 )
-from hpo.store._files import process_alive, process_stopped, unwritable
+from hpo.store._files import unwritable
 from hpo.store._format import JournalSnapshot, encode_records
-from hpo.store._journal import JournalFile, write_durably
+from hpo.store._journal import JournalFile, clear_dead_lock, write_durably
 from hpo.store._lease import MasterLease
 from hpo.store._ledger import JournalLedger, Ledger, Pruning, StorageLedger, pruning_learnt
 from hpo.store._protocol import (
@@ -87,7 +85,7 @@ from hpo.store._snapshot import (
 from hpo.store._study import database_kwargs
 from hpo.store._writes import Write, apply_writes
 
-__all__ = ["StudyRelay", "relay_interface", "clear_dead_relay_lock"]
+__all__ = ["StudyRelay", "relay_interface"]
 
 _IDLE_S = 0.05  # nothing arrived for this long: release the journal's lock
 _HOLD_S = 0.5  # hold the lock at most this long while busy...
@@ -98,8 +96,6 @@ _MAX_PEERS = 4096  # connections kept at once, at most (a node's file limit is o
 _SPARE_FILES = 128  # files the master keeps for itself beside its connections
 _MAX_HELLO = 1024  # bytes a connection may send before it has said who it is
 _MAX_UNSENT = 64 << 20  # answers a peer does not read: past this, it is dropped
-_LOCK_SUFFIX = ".lock"  # Optuna's lock file beside the journal
-_HELD_SUFFIX = ".relay-held"  # names the lock while the relay holds it
 _RECEIVE = 1 << 16  # bytes asked of a socket at once
 
 
@@ -218,8 +214,8 @@ class StudyRelay:
             self.storage.on_decision = self.ledger.forget_study
         else:
             # With the lease, a relay stopped while it held the lock is an earlier master's.
-            clear_dead_relay_lock(url, stopped_is_gone=lease is not None)
-            self._journal = JournalFile(url)
+            clear_dead_lock(url, stopped_is_gone=lease is not None, relays_gone=True)
+            self._journal = JournalFile(url, role="relay")
             ledger = JournalLedger(study_name, pruning)
             self.ledger = ledger
             # What the pruner knows before it is shown any record: its settings.
@@ -960,7 +956,7 @@ class _Appender:
     fsync must commit too (measured: 1.7 ms a round instead of 0.7 ms), so the
     lock is kept until the relay is idle, or for ``_HOLD_S`` at most, after
     which direct writers get a moment to take it. While it is held, a file
-    beside the journal names it (:func:`clear_dead_relay_lock`)."""
+    beside the journal names it (:func:`hpo.store.clear_dead_lock`)."""
 
     def __init__(self, journal: JournalFile) -> None:
         self._journal = journal
@@ -983,9 +979,6 @@ class _Appender:
         self._stack = ExitStack()
         self._file = self._stack.enter_context(self._journal.locked())
         self._since = time.monotonic()
-        path = self._journal.path
-        held = {"lock": _lock_identity(path), "host": socket.gethostname(), "pid": os.getpid()}
-        Path(path + _HELD_SUFFIX).write_text(json.dumps(held))
         return True
 
     def write(self, data: bytes) -> None:
@@ -1000,41 +993,5 @@ class _Appender:
 
     def release(self) -> None:
         if self._stack is not None:
-            Path(self._journal.path + _HELD_SUFFIX).unlink(missing_ok=True)  # before the lock goes
             stack, self._stack, self._file = self._stack, None, None
             stack.close()
-
-
-def clear_dead_relay_lock(path: str, stopped_is_gone: bool = False) -> bool:
-    """Remove the journal's lock if a relay that is gone left it: the next
-    master would otherwise wait out Optuna's 30 s grace. Only the very lock
-    that relay took (same inode and change time) is removed, and only when its
-    process is gone from this host, or ran elsewhere: the caller holds the
-    study's master lease, so the master around that relay is gone. With
-    ``stopped_is_gone`` (the caller took the lease from it), a process of
-    this host that is stopped (Ctrl-Z, SIGSTOP) counts as gone: when it
-    wakes, its relay finds the study taken and writes nothing more."""
-    try:
-        held = json.loads(Path(path + _HELD_SUFFIX).read_text())
-        lock = held["lock"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    pid = held.get("pid")
-    if held.get("host") == socket.gethostname() and process_alive(pid) and not (
-            stopped_is_gone and process_stopped(pid)):
-        return False
-    if _lock_identity(path) != lock:
-        return False
-    os.unlink(path + _LOCK_SUFFIX)
-    Path(path + _HELD_SUFFIX).unlink(missing_ok=True)
-    print(f"hpo: {path}: removed the journal lock an earlier master left when it died or was "
-          f"stopped (pid {pid} on {held.get('host')})", file=sys.stderr, flush=True)
-    return True
-
-
-def _lock_identity(path: str) -> list[int] | None:
-    try:
-        info = os.lstat(path + _LOCK_SUFFIX)
-    except OSError:
-        return None
-    return [info.st_ino, info.st_ctime_ns]
