@@ -153,3 +153,65 @@ def test_workers_and_scheduler_together_are_refused(tmp_path):
     with pytest.raises(hpo.UsageError, match="--workers"):
         hpo.run(toy_space("both"), engine="dask", scheduler="tcp://127.0.0.1:1", workers=2,
                 runs_dir=tmp_path, progress=False)
+
+
+def test_a_master_stopped_while_it_asks_the_scheduler_takes_no_worker_out(monkeypatch):
+    """The watcher asks the scheduler how long it has heard nothing from the
+    workers holding unstarted tasks. A master stopped (SIGSTOP) while the
+    question is out hears, once continued, of a silence its stop made: that
+    answer takes no worker out; the same silence, asked while awake for a
+    silence window, does."""
+    from hpo.trial import Awake, silence_s
+
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "0.01")
+    engine = DaskEngine(scheduler="tcp://127.0.0.1:1")
+    engine.client = type("Client", (), {"status": "running"})()
+    stopped = {"during": True}
+    taken: list[str] = []
+
+    def unheard(keys):
+        if stopped["during"]:
+            time.sleep(20 * 0.01)  # the master stopped meanwhile: its looks were far apart
+        return {"tcp://worker": (7.0, 0.0, keys)}
+
+    monkeypatch.setattr(engine, "_unheard_holders", unheard)
+    monkeypatch.setattr(engine, "_take_out", lambda address, message: taken.append(address))
+    awake = Awake(looks_every_s=0.01)
+    awake.note()  # the look before the question: it had never slept
+    engine._take_out_hung_holders(["k"], awake)
+    assert taken == []
+
+    stopped["during"] = False
+    awake.since = time.time() - 2 * silence_s()  # awake for two windows since
+    awake.note()
+    engine._take_out_hung_holders(["k"], awake)
+    assert taken == ["tcp://worker"]
+
+
+def test_a_scheduler_lost_while_a_silent_worker_is_taken_out_is_the_engines_loss():
+    """The master gives up a trial fallen silent as its scheduler dies: that
+    is the cluster's loss (the master leaves cleanly, exit 75, and the same
+    command resumes), never a crash of the master."""
+    from distributed.comm import CommClosedError
+
+    from hpo.errors import EngineLost
+
+    class Lost:
+        status = "running"
+
+        def run_on_scheduler(self, function, **kwargs):
+            raise CommClosedError("in <TCP (closed) ConnectionPool.run_function>: ConnectionResetError")
+
+    class Task:
+        key, cancelled = "hpo-s-1-abc", False
+
+        def cancel(self):
+            self.cancelled = True
+            return True
+
+    engine = DaskEngine(scheduler="tcp://127.0.0.1:1")
+    engine.client = Lost()
+    task = Task()
+    with pytest.raises(EngineLost, match="lost the Dask scheduler"):
+        engine.abandon(task)
+    assert task.cancelled

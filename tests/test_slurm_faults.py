@@ -198,17 +198,19 @@ def _slurm_state(cluster, job_id: str) -> str:
 def test_submit_without_a_reachable_controller_says_so(cluster, tmp_path):
     """sbatch cannot reach slurmctld (down, or the wrong SLURM_CONF): the fix
     is the controller, not the partition, QOS or account."""
-    with socket.socket() as s:  # a port nothing listens on
+    # A port bound and never listened on, for as long as sbatch runs: it
+    # refuses every connection, and no other server of the test run takes it.
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    conf = tmp_path / "slurm.conf"
-    conf.write_text(re.sub(r"^SlurmctldPort=\d+$", f"SlurmctldPort={port}", cluster.conf.read_text(),
-                           flags=re.MULTILINE))
-    path = tmp_path / "noctld-slurm.json"
-    path.write_text(json.dumps(toy_space("noctld-slurm")))
-    proc = subprocess.run([sys.executable, "-m", "hpo", "submit", str(path), "--interface", "lo",
-                           "--time", "5"], cwd=tmp_path, env={**cluster.env, "SLURM_CONF": str(conf)},
-                          capture_output=True, text=True, timeout=120)
+        conf = tmp_path / "slurm.conf"
+        conf.write_text(re.sub(r"^SlurmctldPort=\d+$", f"SlurmctldPort={port}", cluster.conf.read_text(),
+                               flags=re.MULTILINE))
+        path = tmp_path / "noctld-slurm.json"
+        path.write_text(json.dumps(toy_space("noctld-slurm")))
+        proc = subprocess.run([sys.executable, "-m", "hpo", "submit", str(path), "--interface", "lo",
+                               "--time", "5"], cwd=tmp_path, env={**cluster.env, "SLURM_CONF": str(conf)},
+                              capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Unable to contact slurm controller" in proc.stderr, proc.stderr
     assert "the SLURM controller cannot be reached from this host" in proc.stderr
     assert "slurmctld" in proc.stderr and str(conf) in proc.stderr and "login node" in proc.stderr

@@ -305,6 +305,9 @@ class DaskEngine(Engine):
             if address is not None:
                 self._take_out(address, "stopped answering for its trial; it is taken out of the "
                                         "cluster, and the trial runs again elsewhere")
+        except OSError as exc:  # the scheduler is gone (a CommClosedError is one): not the trial's
+            raise EngineLost(f"lost the Dask scheduler at {self.scheduler} while taking a silent "
+                             f"worker out ({type(exc).__name__}: {exc})") from exc
         finally:
             task.cancel()
 
@@ -313,31 +316,36 @@ class DaskEngine(Engine):
         holding tasks they never started."""
         awake = Awake(looks_every_s=heartbeat_s())  # this thread's own: it may be stopped with the master
         while not self._closing.wait(heartbeat_s()):
-            awake_for = time.time() - awake.note()
+            awake.note()
             self._take_out_hung_holders([key for key, task in list(self._live.items()) if not task.done()],
-                                        awake_for)
+                                        awake)
 
-    def _take_out_hung_holders(self, keys: list[str], awake_for: float) -> None:
+    def _take_out_hung_holders(self, keys: list[str], awake: Awake) -> None:
         """Take out of the cluster a worker that holds one of the tasks ``keys`` it
         never said it started, and that Dask has heard nothing from for a
         silence window (stopped, swapping, cut off, yet connected): Dask
         then gives its tasks to other workers. The task's trial, not
         started, has no heartbeat to fall silent, and Dask would wait for
         its worker-ttl (minutes). Silence counts from when this process
-        woke, if it slept (an embedded scheduler slept with it): it has
-        been awake for ``awake_for`` s."""
+        woke, if it slept (an embedded scheduler slept with it), as
+        ``awake`` tells once the scheduler answered: a process stopped while
+        it asked hears of silences that the stop made."""
         if not keys or self.client is None or self.client.status != "running":
             return
         try:
             holders = self._unheard_holders(keys)
         except Exception:  # the scheduler is gone or busy: the task's future says so, or the next look
             return
+        awake_for = time.time() - awake.note()
         for address, (unheard_s, enough_s, keys) in holders.items():
             if min(unheard_s, awake_for) >= max(silence_s(), enough_s):
                 self._moved.update(keys)
-                self._take_out(address, f"stopped answering for its trial (Dask heard nothing from it "
-                                        f"for {unheard_s:.0f} s); it is taken out of the cluster, and "
-                                        "its trials run elsewhere")
+                try:
+                    self._take_out(address, f"stopped answering for its trial (Dask heard nothing from "
+                                            f"it for {unheard_s:.0f} s); it is taken out of the cluster, "
+                                            "and its trials run elsewhere")
+                except OSError:  # the scheduler went meanwhile: the tasks' futures say so
+                    return
 
     def _unheard_holders(self, keys: list[str]) -> dict[str, tuple[float, float, list[str]]]:
         """The workers holding one of ``keys`` they did not say they started
