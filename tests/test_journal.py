@@ -284,3 +284,16 @@ def test_a_lock_named_by_another_host_is_left_to_the_grace_period(tmp_path):
     assert not clear_dead_lock(str(journal), relays_gone=True)  # a writer's: alive for all we know
     marker.write_text(json.dumps({**held, "host": "another-node", "role": "relay"}))
     assert clear_dead_lock(str(journal), relays_gone=True)
+
+
+def test_a_lock_that_cannot_be_named_is_held_and_released_all_the_same(tmp_path):
+    """A full disk may refuse the marker: the append goes on under the lock,
+    and the lock is let go after it (never left for the grace period)."""
+    from hpo.store import HELD_SUFFIX, LOCK_SUFFIX, JournalFile
+
+    journal = tmp_path / "journal.log"
+    journal.write_bytes(b"")
+    Path(f"{journal}{HELD_SUFFIX}").mkdir()  # writing the marker fails (IsADirectoryError)
+    record = b'{"op_code":0,"worker_id":"w","study_name":"s","directions":[1]}\n'
+    assert JournalFile(str(journal), create=False).append_direct(record)
+    assert journal.read_bytes() == record and not Path(f"{journal}{LOCK_SUFFIX}").exists()

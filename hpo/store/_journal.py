@@ -103,7 +103,10 @@ class JournalLock(JournalFileSymlinkLock):
         self._mine = _link_identity(self._lock_file)
         held = {"lock": list(self._mine or ()), "host": socket.gethostname(), "pid": os.getpid(),
                 "role": self.role}
-        Path(self._lock_target_file + HELD_SUFFIX).write_text(json.dumps(held))
+        try:
+            Path(self._lock_target_file + HELD_SUFFIX).write_text(json.dumps(held))
+        except OSError:  # a full disk: the lock is held all the same, unnamed (Optuna's grace)
+            pass
         return True
 
     def release(self) -> None:
