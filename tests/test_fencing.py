@@ -164,15 +164,21 @@ def test_a_write_around_the_relay_of_an_earlier_run_is_refused_under_the_journal
         "hpo:event:1-1", {"kind": "note"})
 
 
+def _a_trial_without_its_relay(tmp_path: Path) -> tuple[int, str, str]:
+    """A trial of master "a"'s run, its relay gone: its journal and control
+    file, where every write goes around the relay."""
+    first, _ = _relay(tmp_path, "a")
+    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
+    first.stop()
+    return trial_id, str(tmp_path / "journal.log"), str(tmp_path / "control.json")
+
+
 def test_a_superseded_attempt_of_the_same_run_writes_nothing_around_the_relay(tmp_path):
     """With the relay unreachable (or HPO_RELAY=off), a zombie attempt (its
     worker hung, the trial resumed elsewhere) wakes and writes directly: the
     run records appended since it began show another attempt holds the
     trial, and nothing of it lands."""
-    first, _ = _relay(tmp_path, "a")
-    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
-    first.stop()
-    url, control = str(tmp_path / "journal.log"), str(tmp_path / "control.json")
+    trial_id, url, control = _a_trial_without_its_relay(tmp_path)
     zombie = TrialLink(url, trial_id, control, master="a")
     zombie.start({"host": "here", "pid": 1}, 1.0, 0, EMPTY)
     zombie.report(0, {"value": 1.0}, 1.0)
@@ -194,10 +200,7 @@ def test_an_attempt_started_around_the_relay_carries_on_from_the_stored_one(tmp_
     run record, as the relay's start does: attempt 2, the lost one charged
     and named in a ``retried`` event. The same start asked again (its
     answer lost) begins nothing more."""
-    first, _ = _relay(tmp_path, "a")
-    trial_id, _ = StudyStore(first.storage, STUDY).create_trial({}, {})
-    first.stop()
-    url, control = str(tmp_path / "journal.log"), str(tmp_path / "control.json")
+    trial_id, url, control = _a_trial_without_its_relay(tmp_path)
     lost = TrialLink(url, trial_id, control, master="a")
     lost.start({"host": "here", "pid": 111}, 1.0, 0, EMPTY)
     lost.report(0, {"value": 1.0}, 1.0)  # then its worker dies
