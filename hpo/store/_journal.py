@@ -100,6 +100,14 @@ class JournalLock(JournalFileSymlinkLock):
                 continue
             time.sleep(nap_s)
             nap_s = min(2 * nap_s, _LOCK_NAP_S)
+        try:
+            self._name_the_lock()
+        except BaseException:  # interrupted (a signal) before the caller could release it
+            super().release()
+            raise
+        return True
+
+    def _name_the_lock(self) -> None:
         self._mine = _link_identity(self._lock_file)
         held = {"lock": list(self._mine or ()), "host": socket.gethostname(), "pid": os.getpid(),
                 "role": self.role}
@@ -107,7 +115,6 @@ class JournalLock(JournalFileSymlinkLock):
             Path(self._lock_target_file + HELD_SUFFIX).write_text(json.dumps(held))
         except OSError:  # a full disk: the lock is held all the same, unnamed (Optuna's grace)
             pass
-        return True
 
     def release(self) -> None:
         mine, self._mine = self._mine, None
