@@ -162,7 +162,11 @@ def clear_dead_lock(path: str, stopped_is_gone: bool = False, relays_gone: bool 
         return False
     if not elsewhere and process_alive(pid) and not (stopped_is_gone and process_stopped(pid)):
         return False
-    with open(path, "rb") as turn:  # nothing else flocks the journal
+    try:
+        turn = open(path, "rb")  # nothing else flocks the journal
+    except FileNotFoundError:  # the journal is gone: its writers say so, not its lock
+        return False
+    with turn:
         fcntl.flock(turn, fcntl.LOCK_EX)
         if lock_holder(path) != held:
             return False  # released, or broken by another, since
