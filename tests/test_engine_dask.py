@@ -159,8 +159,9 @@ def test_a_master_stopped_while_it_asks_the_scheduler_takes_no_worker_out(monkey
     """The watcher asks the scheduler how long it has heard nothing from the
     workers holding unstarted tasks. A master stopped (SIGSTOP) while the
     question is out hears, once continued, of a silence its stop made: that
-    answer takes no worker out; the same silence, asked while awake for a
-    silence window, does."""
+    answer takes no worker out; the same silence does once the master has
+    been awake for two silence windows (the first lets the scheduler catch
+    up)."""
     from hpo.trial import Awake, silence_s
 
     monkeypatch.setenv("HPO_HEARTBEAT_S", "0.01")
@@ -182,7 +183,11 @@ def test_a_master_stopped_while_it_asks_the_scheduler_takes_no_worker_out(monkey
     assert taken == []
 
     stopped["during"] = False
-    awake.since = time.time() - 2 * silence_s()  # awake for two windows since
+    awake.since = time.time() - 1.5 * silence_s()  # after a sleep, one window is not enough
+    awake.note()
+    engine._take_out_hung_holders(["k"], awake)
+    assert taken == []
+    awake.since = time.time() - 3 * silence_s()
     awake.note()
     engine._take_out_hung_holders(["k"], awake)
     assert taken == ["tcp://worker"]

@@ -28,7 +28,7 @@ from hpo.engines._main_guard import refuse_unguarded_main
 from hpo.errors import EngineError, EngineLost, UsageError
 from hpo.machine import refuse_beyond_this_machine, visible_gpus
 from hpo.store import TrialLink
-from hpo.trial import SILENT_HEARTBEATS, Awake, TrialTask, heartbeat_s, run_trial, silence_s
+from hpo.trial import SILENT_HEARTBEATS, Awake, TrialTask, awake_since, heartbeat_s, run_trial, silence_s
 
 __all__ = ["DaskEngine"]
 
@@ -328,17 +328,23 @@ class DaskEngine(Engine):
         started, has no heartbeat to fall silent, and Dask would wait for
         its worker-ttl (minutes). Silence counts from when this process
         woke, if it slept (an embedded scheduler slept with it), as
-        ``awake`` tells once the scheduler answered: a process stopped while
-        it asked hears of silences that the stop made."""
+        ``awake`` (or the master's loop) tells once the scheduler answered:
+        a process stopped while it asked hears of silences that the stop
+        made. After a sleep, the silence must last two windows: the
+        scheduler and its workers first catch up on what the sleep held up."""
         if not keys or self.client is None or self.client.status != "running":
             return
         try:
             holders = self._unheard_holders(keys)
         except Exception:  # the scheduler is gone or busy: the task's future says so, or the next look
             return
-        awake_for = time.time() - awake.note()
+        # Either thread may be the one that saw the stop; after one, the
+        # scheduler and its workers get a window more to catch up.
+        since = max(awake.note(), awake_since())
+        awake_for = time.time() - since
+        needed = (2 if since else 1) * silence_s()
         for address, (unheard_s, enough_s, keys) in holders.items():
-            if min(unheard_s, awake_for) >= max(silence_s(), enough_s):
+            if min(unheard_s, awake_for) >= max(needed, enough_s):
                 self._moved.update(keys)
                 try:
                     self._take_out(address, f"stopped answering for its trial (Dask heard nothing from "

@@ -32,6 +32,7 @@ from hpo.trial._objective import (
 from hpo.trial._pulse import (
     SILENT_HEARTBEATS,
     Awake,
+    awake_since,
     fell_silent,
     heartbeat_s,
     note_awake,
@@ -47,7 +48,7 @@ TrialState = TrialStatus
 
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
            "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
-           "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake", "Awake",
+           "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake", "awake_since", "Awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",
            "representative_loss", "Clock", "RealClock", "now", "using_clock", "TaskInterrupted",

@@ -76,6 +76,12 @@ class Awake:
 _awake = Awake(looks_every_s=0.5)
 
 
+def awake_since() -> float:
+    """Since when (wall clock) the master's loop has seen this process awake
+    (0.0: it never slept), without looking now."""
+    return _awake.since
+
+
 def note_awake() -> float:
     """The master looks at its trials now: if it slept, silence counts from
     now. Since when (wall clock) it has been awake."""
