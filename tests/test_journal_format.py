@@ -150,3 +150,18 @@ def test_writers_in_threads_read_as_optuna_reads_them(tmp_path):
             thread.join()
     assert failures == []
     _assert_ledger_is_optunas(path)
+
+
+def test_a_trials_last_system_attributes_are_read_in_either_spelling_and_a_torn_line_is_skipped():
+    """What an attempt starting around the relay reads of its trial: the last
+    value of each attribute, from hpo's compact lines or Optuna's spaced
+    ones, another trial's and a torn tail left out."""
+    from hpo.store._format import last_trial_system_attrs
+
+    data = (b'{"op_code":9,"worker_id":"w","trial_id":3,"system_attr":{"hpo:run":{"attempt":1}}}\n'
+            b'{"op_code": 9, "worker_id": "o", "trial_id": 3, "system_attr": {"hpo:heartbeat": 5.0}}\n'
+            b'{"op_code":9,"worker_id":"w","trial_id":13,"system_attr":{"hpo:run":{"attempt":7}}}\n'
+            b'{"op_code":9,"worker_id":"w","trial_id":3,"system_attr":{"hpo:run":{"attempt":2}}}\n'
+            b'{"op_code":9,"worker_id":"w","trial_id":3,"system_attr":{"hpo:run":{"att')
+    assert last_trial_system_attrs(data, 3, ("hpo:run", "hpo:heartbeat", "hpo:none")) == {
+        "hpo:run": {"attempt": 2}, "hpo:heartbeat": 5.0}

@@ -122,10 +122,10 @@ def reported(record: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def last_trial_system_attrs(data: bytes, trial_id: int, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The last value set in ``data`` (whole journal lines) of each of trial
+    """The last value set in the journal's ``data`` of each of trial
     ``trial_id``'s system attributes ``keys`` (those never set: absent).
     Only the lines naming a key are decoded, in hpo's compact form or in
-    Optuna's own (``json.dumps``'s spaces)."""
+    Optuna's own (``json.dumps``'s spaces); a torn line is skipped."""
     ids = (b'"trial_id":%d,' % trial_id, b'"trial_id": %d,' % trial_id)
     found: dict[str, Any] = {}
     for key in keys:

@@ -443,8 +443,7 @@ class _DirectSink:
             from hpo.store._format import last_trial_system_attrs
 
             with open(self._journal.path, "rb") as f:
-                data = f.read()
-            return last_trial_system_attrs(data[: data.rfind(b"\n") + 1], trial_id, keys)
+                return last_trial_system_attrs(f.read(), trial_id, keys)
         if self._storage is None:
             raise RuntimeError("hpo internal error: a database's sink")
         attrs = self._storage.get_trial(trial_id).system_attrs

@@ -955,8 +955,8 @@ class _Appender:
     Taking the lock per round costs three metadata operations that the next
     fsync must commit too (measured: 1.7 ms a round instead of 0.7 ms), so the
     lock is kept until the relay is idle, or for ``_HOLD_S`` at most, after
-    which direct writers get a moment to take it. While it is held, a file
-    beside the journal names it (:func:`hpo.store.clear_dead_lock`)."""
+    which direct writers get a moment to take it. The lock names the relay
+    as its holder (:class:`hpo.store.JournalFile`'s lock, role "relay")."""
 
     def __init__(self, journal: JournalFile) -> None:
         self._journal = journal
