@@ -24,6 +24,7 @@ import pytest
 import hpo
 from hpo.store import (
     ControlFile, Decision, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink, clear_dead_lock, lock_holder,
+    local_socket_name,
     process_stopped,
     split_relay,
 )
@@ -136,6 +137,50 @@ def test_a_stranger_without_the_token_is_dropped_without_a_word(relay, tmp_path)
         sock.settimeout(10)
         assert sock.recv(16) == b""  # closed, no answer
     assert 9 not in relay.storage.get_trial(link.trial_id).intermediate_values
+
+
+def _answer(sock: socket.socket) -> dict:
+    size = struct.unpack("!I", sock.recv(4, socket.MSG_WAITALL))[0]
+    return json.loads(sock.recv(size, socket.MSG_WAITALL))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract Unix sockets are Linux's")
+def test_on_the_relays_host_a_writer_reaches_it_over_a_unix_socket_a_stranger_there_is_dropped(relay, tmp_path):
+    address = split_relay(relay.writers_url)[1]
+    token = address.rsplit(":", 1)[1]
+    name = local_socket_name(address)
+    assert token not in name  # every user of the host can list the name
+    link = _started(relay, tmp_path)
+    report = {"id": 1, "op": "report", "trial": link.trial_id, "run": link.token, "metrics": {}}
+    with socket.socket(socket.AF_UNIX) as stranger:
+        stranger.connect(name)
+        stranger.settimeout(10)
+        stranger.sendall(_frame({"hello": "0" * 32, "v": 1}) + _frame({**report, "step": 9, "value": 9.0}))
+        assert stranger.recv(16) == b""  # closed, no answer
+    with socket.socket(socket.AF_UNIX) as writer:
+        writer.connect(name)
+        writer.settimeout(10)
+        writer.sendall(_frame({"hello": token, "v": 1}))
+        assert _answer(writer)["v"] == 1
+        writer.sendall(_frame({**report, "step": 3, "value": 3.0}))
+        assert _answer(writer) == {"id": 1, "ok": True}  # once durable
+    link.report(4, {"value": 4.0}, 4.0)  # the link's own way there
+    assert not link.direct
+    assert relay.storage.get_trial(link.trial_id).intermediate_values == {3: 3.0, 4: 4.0}
+
+
+def test_a_writer_that_finds_no_unix_socket_there_reaches_the_relay_over_tcp(tmp_path, monkeypatch):
+    import hpo.store._relay as relay_module
+
+    monkeypatch.setattr(relay_module, "local_socket_name", lambda address: None)  # as on another host
+    with StudyRelay(str(tmp_path / "journal.log"), "s", control=tmp_path / "control.json") as served:
+        optuna.create_study(study_name="s", storage=served.storage, direction="maximize")
+        with pytest.raises(OSError), socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(local_socket_name(split_relay(served.writers_url)[1]))
+        link = _started(served, tmp_path)
+        link.report(0, {"value": 1.0}, 1.0)
+        assert not link.direct
+        assert served.storage.get_trial(link.trial_id).intermediate_values == {0: 1.0}
 
 
 def test_a_frame_over_the_limit_is_refused_before_it_is_read(relay):

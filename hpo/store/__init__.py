@@ -42,7 +42,7 @@ from hpo.store._journal import HELD_SUFFIX, LOCK_SUFFIX, JournalFile, clear_dead
 from hpo.store._lease import LEASE_FILE, MasterLease, StudyBusy
 from hpo.store._ledger import Pruning
 from hpo.store._link import Ended, RelayConnection, TrialLink
-from hpo.store._protocol import Decision, Halted, MalformedRequest, split_relay
+from hpo.store._protocol import Decision, Halted, MalformedRequest, local_socket_name, split_relay
 from hpo.store._relay import StudyRelay, relay_interface
 from hpo.store._run_dir import JOURNAL_FILE, RunDir
 from hpo.store._snapshot import (
@@ -64,7 +64,8 @@ __all__ = ["records", "RunDir", "StudyStore", "TrialStatus", "open_storage", "wr
            "JOURNAL_FILE", "LEASE_FILE", "MasterLease", "StudyBusy", "JournalFile", "SnapshotJournal",
            "save_journal_snapshot", "StudyRelay", "relay_interface", "clear_dead_lock", "lock_holder",
            "LOCK_SUFFIX", "HELD_SUFFIX",
-           "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay", "Pruning",
+           "TrialLink", "RelayConnection", "Ended", "Decision", "Halted", "MalformedRequest", "split_relay",
+           "local_socket_name", "Pruning",
            "ControlFile", "CONTROL_FILE", "EPOCH_ATTR", "EPOCH_SUFFIX", "journal_epoch", "write_epoch_file",
            "TrialContext", "context_of", "check_storage_url",
            "Mark", "read_snapshot", "write_snapshot", "replay_dump", "records_read",

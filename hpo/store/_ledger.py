@@ -147,8 +147,8 @@ class Ledger(abc.ABC):
 
 
 _STUDY_ATTR_OPS = (Op.SET_STUDY_USER_ATTR, Op.SET_STUDY_SYSTEM_ATTR)
-_TRIAL_OPS = (Op.SET_TRIAL_STATE_VALUES, Op.SET_TRIAL_INTERMEDIATE_VALUE, Op.SET_TRIAL_USER_ATTR,
-              Op.SET_TRIAL_SYSTEM_ATTR)
+_TRIAL_OPS = frozenset({Op.SET_TRIAL_STATE_VALUES, Op.SET_TRIAL_INTERMEDIATE_VALUE,
+                        Op.SET_TRIAL_USER_ATTR, Op.SET_TRIAL_SYSTEM_ATTR})
 
 
 _DUMP = "journal-ledger-1"  # the layout of JournalLedger.dump()
@@ -239,18 +239,18 @@ class JournalLedger(Ledger):
         """Follow one journal record, as Optuna's replay would."""
         self.followed += 1
         op = op_of(record)
-        if op == Op.CREATE_STUDY:
+        if op in _TRIAL_OPS:  # first: nearly every record is one
+            view = self._live.get(record["trial_id"])  # its fields were checked (FIELDS)
+            if view is not None:
+                self._update(view, op, record)
+        elif op == Op.CREATE_TRIAL:
+            self._create_trial(record)
+        elif op == Op.CREATE_STUDY:
             self._create_study(record)
         elif op == Op.DELETE_STUDY:
             self._delete_study(record.get("study_id"))
         elif op in _STUDY_ATTR_OPS and self._study_id is not None and record.get("study_id") == self._study_id:
             self._study_attr(op, study_attrs(record))
-        elif op == Op.CREATE_TRIAL:
-            self._create_trial(record)
-        elif op in _TRIAL_OPS:
-            view = self._live.get(record["trial_id"])  # its fields were checked (FIELDS)
-            if view is not None:
-                self._update(view, op, record)
 
     # -- inside ------------------------------------------------------------------------
 

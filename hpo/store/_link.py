@@ -48,6 +48,7 @@ from hpo.store._protocol import (
     MalformedRequest,
     check_request,
     encode,
+    local_socket_name,
     read_frame,
     split_relay,
 )
@@ -138,6 +139,7 @@ class RelayConnection:
     def __init__(self, address: str) -> None:
         host, port, token = address.rsplit(":", 2)
         self.where = (host, int(port))
+        self._local = local_socket_name(address)
         self._token = token
         self._sending = threading.Lock()
         self._reading = threading.Lock()
@@ -213,8 +215,7 @@ class RelayConnection:
         if time.monotonic() < self._unreachable_until:
             raise RelayUnreachable(self.why)
         try:
-            sock = socket.create_connection(self.where, timeout=_CONNECT_TIMEOUT_S)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = self._dial()
             sock.sendall(encode({"hello": self._token, "v": VERSION}))
             sock.settimeout(HELLO_TIMEOUT_S)
             self._frames = Frames(MAX_ANSWER)
@@ -226,6 +227,21 @@ class RelayConnection:
             raise RelayUnreachable(self.why) from None
         self.epoch = hello.get("epoch")
         self._sock = sock
+        return sock
+
+    def _dial(self) -> socket.socket:
+        """A connection to the relay: its Unix socket where this process runs
+        on the relay's host (and network namespace), else TCP."""
+        if self._local is not None:
+            unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            unix.settimeout(_CONNECT_TIMEOUT_S)
+            try:
+                unix.connect(self._local)
+                return unix
+            except OSError:  # another host: no such name here
+                unix.close()
+        sock = socket.create_connection(self.where, timeout=_CONNECT_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
     def _lost(self, sock: socket.socket, why: BaseException) -> None:

@@ -3,7 +3,8 @@ what each answer promises (version 1).
 
 A study has one reader and one sequencer: the relay in the master process
 (:mod:`hpo.store._relay`). Workers and trial processes hold no Optuna storage;
-they speak this protocol over TCP and get back, with each acknowledgement,
+they speak this protocol over TCP (over a Unix socket on the master's own
+host: :func:`local_socket_name`) and get back, with each acknowledgement,
 what their trial must do next.
 
 Frames
@@ -82,19 +83,23 @@ that got no answer sends it again, to the relay or straight to the journal.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.scanner import make_scanner
 from typing import Any
 
 from hpo.store.records import EVENT_ATTR, PROFILE_ATTR, RUN_ATTR, SEGMENT_ATTR, TrialStatus
 
 __all__ = ["VERSION", "MAX_REQUEST", "MAX_ANSWER", "HELLO_TIMEOUT_S", "RELAY_MARK", "Decision",
            "Halted", "split_relay", "relay_url", "encode", "decode", "read_frame", "Frames",
-           "FrameTooLarge", "HEADER", "REQUESTS", "MAX_DEPTH", "MAX_STEP", "MalformedRequest",
+           "FrameTooLarge", "HEADER", "local_socket_name", "REQUESTS", "MAX_DEPTH", "MAX_STEP",
+           "MalformedRequest",
            "check_request"]
 
 VERSION = 1
@@ -436,6 +441,17 @@ def split_relay(url: str) -> tuple[str, str | None]:
     return (path, relay) if mark else (url, None)
 
 
+def local_socket_name(address: str) -> str | None:
+    """The abstract Unix socket the relay at ``address`` also listens on, for
+    writers on its own host (Linux; None elsewhere). A writer elsewhere, or
+    in another network namespace, finds none there and uses TCP. Named by a
+    hash of the address: every user of the host can list the name, and it
+    must not show the token."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return "\0hpo-relay-" + hashlib.sha256(address.encode()).hexdigest()[:32]
+
+
 def relay_url(storage: str, address: str) -> str:
     """The URL tasks get: the storage, and the relay that writes it."""
     return f"{storage}{RELAY_MARK}{address}"
@@ -498,7 +514,13 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))
 def decode(payload: bytes) -> dict[str, Any]:
     """The object in a frame's payload; ValueError when it is not one."""
     try:
-        message = _DECODER(payload.decode())
+        text = payload.decode()
+        try:  # hpo's own frames: one compact object, read by json's scanner alone
+            message, end = _SCAN(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):  # white space around it, or not JSON: the decoder says why
+            message = _DECODER(text)
     except RecursionError:  # nested too deep to read: as malformed as any other
         raise ValueError("a frame nested too deeply") from None
     if not isinstance(message, dict):
@@ -507,6 +529,7 @@ def decode(payload: bytes) -> dict[str, Any]:
 
 
 _DECODER = json.JSONDecoder().decode
+_SCAN = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed names it as its own type
 
 
 class FrameTooLarge(ValueError):

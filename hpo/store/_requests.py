@@ -23,7 +23,6 @@ from hpo.store.records import RUN_ATTR, EventRecord, TrialStatus, attempt_open, 
 __all__ = ["RequestHandler", "refusal"]
 
 _WORKER_ID = "hpo-relay"  # the journal's worker id of the records the relay writes for trials
-_NOTHING_TO_DO = Decision()
 
 Peer = Any  # the server's connection: answers go back to it, never looked into here
 Send = Callable[[Peer, dict[str, Any]], None]
@@ -164,11 +163,11 @@ class RequestHandler:
         if step is not None and self._decider is not None:  # a slow pruner: off this thread
             self._decider.submit(self._decide_later, peer, message, trial_id, int(step))
             return
-        decision = self._decision(trial_id, None if step is None else int(step))
-        if decision == _NOTHING_TO_DO:  # the usual answer, made without the encoder
+        wire = self._decision(trial_id, None if step is None else int(step)).to_wire()
+        if not wire:  # nothing to do, the usual answer: made without the encoder
             self._send_frame(peer, _plain_ok(message.get("id")))
         else:
-            self._send(peer, {"id": message.get("id"), "ok": True, **decision.to_wire()})
+            self._send(peer, {"id": message.get("id"), "ok": True, **wire})
 
     def _decision(self, trial_id: int, step: int | None) -> Decision:
         study = self.ledger.study()
