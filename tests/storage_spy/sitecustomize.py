@@ -8,8 +8,9 @@ read it: only the master's main thread may.
 
 ``HPO_TEST_UNREACHABLE_RELAY=1``: ``socket.create_connection`` fails as a
 firewall between compute nodes and the master's node makes it fail ("No
-route to host"): the store's relay cannot be reached (Dask's own
-connections do not use it).
+route to host"), and the relay's Unix socket is not found, as on another
+node: the store's relay cannot be reached (Dask's own connections do not
+use it).
 """
 
 import errno
@@ -55,5 +56,15 @@ def _no_route(address, *args, **kwargs):
 
 if _DIR:
     sys.meta_path.insert(0, _Spy())
+_connect = socket.socket.connect
+
+
+def _no_relay_here(sock, address):
+    if isinstance(address, (str, bytes)) and address[:11] in ("\0hpo-relay-", b"\0hpo-relay-"):
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+    return _connect(sock, address)
+
+
 if os.environ.get("HPO_TEST_UNREACHABLE_RELAY"):
     socket.create_connection = _no_route
+    socket.socket.connect = _no_relay_here
