@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import threading
 
 import optuna
 import pytest
@@ -62,6 +63,30 @@ def test_complete_trial_is_recorded_durably(relay, tmp_path):
     assert run["core_seconds"] == pytest.approx(3 * run["duration_s"]) and run["gpu_seconds"] == 0
     assert run["metrics"] == {"value": 0.0} and run["error"] is None
     assert os.path.isdir(task.checkpoint_dir)
+
+
+def test_on_the_masters_host_a_task_is_over_before_its_end_is_durable_and_settle_makes_it_so(relay, tmp_path):
+    gate, holding = threading.Event(), threading.Event()
+
+    def hold_the_relay():
+        holding.set()
+        gate.wait(60)
+
+    def objective(config, trial):
+        threading.Thread(target=relay._on_relay_thread, args=(hold_the_relay,), daemon=True).start()
+        holding.wait(60)  # from now on the relay writes nothing until the gate opens
+        return 1.0
+
+    task = make_task(relay, tmp_path, objective, end_waits=False)
+    try:
+        outcome = run_trial(task)  # its slot is free: the end is in the relay's queue, not on disk
+        assert outcome.state is TrialStatus.COMPLETE and outcome.value == 1.0
+        assert fresh(task).state == optuna.trial.TrialState.RUNNING
+    finally:
+        gate.set()
+    relay.settle()  # what the master does before it reads a returned task's trial
+    assert relay.storage.get_trial(task.trial_id).state == optuna.trial.TrialState.COMPLETE
+    assert fresh(task).state == optuna.trial.TrialState.COMPLETE and fresh(task).value == 1.0
 
 
 @pytest.mark.parametrize("objective, config, state, error_type, words", [

@@ -207,8 +207,8 @@ class Controller:
             wait_s = clock.poll_s if stopping else min(  # woken at the deadline, not after
                 clock.poll_s, max(deadline - clock.now(), 0.001))
             ended = lifecycle.finished(self.engine, self._in_flight, wait_s)
-            if ended:
-                self._relay.catch_up()  # ends written around the relay, by unreachable workers
+            if ended:  # their ends durable and in the replica: posted, or written around the relay
+                self._relay.settle()
             silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, clock.now())
                       if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
@@ -345,7 +345,8 @@ class Controller:
         return TrialTask.for_trial(self.spec, self.run_dir, self._writers_url, number, trial_id,
                                    params, quantum=self._quantum, after_segment=after_segment,
                                    objective=self.objective, context=context,
-                                   master=self.lease.token if self.lease else None, **allocation)
+                                   master=self.lease.token if self.lease else None,
+                                   end_waits=False, **allocation)  # the loop settles ends
 
     def _queued(self, parallel: int) -> int:
         """How many trials to prepare ahead and queue in the engine.

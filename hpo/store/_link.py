@@ -189,6 +189,24 @@ class RelayConnection:
             raise _AnswerLost(f"the relay stopped answering ({self.why})")
         return waiter.answer
 
+    @property
+    def same_host(self) -> bool:
+        """Connected over the relay's Unix socket: a frame sent is in the
+        relay's queue once :meth:`post` returns."""
+        sock = self._sock
+        return sock is not None and sock.family == socket.AF_UNIX
+
+    def post(self, message: dict[str, Any]) -> None:
+        """Send ``message`` and wait for no answer (a later request's reader
+        drops it). OSError when the connection broke while it was sent."""
+        with self._sending:
+            sock = self._connected()
+            try:
+                sock.sendall(encode({**message, "id": next(self._ids)}))
+            except OSError as exc:
+                self._lost(sock, exc)
+                raise _AnswerLost(f"the relay stopped answering ({exc})") from None
+
     def _read_until(self, sock: socket.socket, waiter: _Waiter, left: float) -> None:
         """Read answers, handing each to its thread, until ``waiter``'s came."""
         try:
@@ -315,12 +333,16 @@ class TrialLink:
         self._ask({"op": "note", "key": key, "value": value})
 
     def end(self, status: TrialStatus, values: list[float] | None, record: RunRecord,
-            segment: tuple[str, dict[str, Any]] | None = None) -> Ended:
+            segment: tuple[str, dict[str, Any]] | None = None, wait: bool = True) -> Ended:
         """End the attempt: the trial's final state (or SUSPENDED) and its
-        final run record, with its segment's record when it ran in segments."""
+        final run record, with its segment's record when it ran in segments.
+        Not ``wait``: on the relay's host, it returns once the relay holds
+        the request, before it is durable (the master's
+        :meth:`~hpo.store.StudyRelay.settle` makes it so); elsewhere, and
+        around the relay, once durable as always."""
         answer = self._ask({"op": "end", "status": status.value, "values": values, "record": record,
-                            "segment": list(segment) if segment else None})
-        if "won" not in answer:  # written directly, or suspended: nothing says otherwise
+                            "segment": list(segment) if segment else None}, posted=not wait)
+        if "won" not in answer:  # posted, written directly, or suspended: nothing says otherwise
             return Ended(True, status.value, values[0] if values else None)
         return Ended(bool(answer["won"]), answer.get("status"), answer.get("value"))
 
@@ -352,11 +374,16 @@ class TrialLink:
 
     # -- inside ---------------------------------------------------------------------
 
-    def _ask(self, message: dict[str, Any], here: Any = None) -> dict[str, Any]:
+    def _ask(self, message: dict[str, Any], here: Any = None, posted: bool = False) -> dict[str, Any]:
         message["trial"], message["run"] = self.trial_id, self.token
         if self.address is not None:
             connection = self._connection()
             try:
+                if posted and connection.same_host:
+                    check_request(message)  # refused here, as the relay would, not lost unseen
+                    connection.post(message)
+                    self.direct = False
+                    return {"ok": True}
                 answer = connection.request(message)
             except OSError as exc:  # unreachable, or no answer: the same writes, directly
                 _say_once(connection, exc)

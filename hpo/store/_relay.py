@@ -158,6 +158,7 @@ class _Local:
     records: list[dict[str, Any]]
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    settles: bool = False  # its round first takes every request the connections hold
 
 
 @dataclass(eq=False)
@@ -287,15 +288,15 @@ class StudyRelay:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def append_local(self, records: list[dict[str, Any]]) -> None:
+    def append_local(self, records: list[dict[str, Any]], settles: bool = False) -> None:
         """Append the master's own records in the next round; returns once
-        they are durable. :class:`StoreUnavailable` when nothing can be
-        written any more; OSError when the relay stopped."""
+        they are durable (``settles``: :meth:`settle`). :class:`StoreUnavailable`
+        when nothing can be written any more; OSError when the relay stopped."""
         if self.broken is not None or not self._thread.is_alive():
             raise self.stopped()
         if self._journal is not None:
             encode_records(records)  # what JSON cannot hold is refused here, as Optuna does (TypeError)
-        local = _Local(records)
+        local = _Local(records, settles=settles)
         self._locals.append(local)
         self._wake()
         local.done.wait()
@@ -372,6 +373,16 @@ class StudyRelay:
     def _run_calls(self) -> None:
         while self._calls:
             self._calls.popleft().run()
+
+    def settle(self) -> None:
+        """Return once every request the relay's connections held when it was
+        called is durable (or refused) and in the replica, and what other
+        processes appended around the relay is followed: the ends of the
+        tasks that returned are then in the store, whether their trial's
+        process waited for them (around the relay, or from another host) or
+        not (``TrialLink.end(wait=False)`` over the Unix socket, whose frame
+        is in the relay's queue once sent)."""
+        self.append_local([], settles=True)
 
     def catch_up(self) -> None:
         """Make the replica hold what other processes appended to the journal
@@ -525,31 +536,41 @@ class StudyRelay:
         except BlockingIOError:
             pass
 
-    def _receive(self, peer: _Peer) -> None:
+    def _receive(self, peer: _Peer) -> bool:
+        """Take what ``peer`` sent; True when it may have sent more (a full read)."""
         try:
             data = peer.sock.recv(_RECEIVE)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:  # closed: an incomplete frame (a writer killed mid-send) is dropped
             self._drop(peer)
-            return
+            return False
         peer.inbox.add(data)
         while True:
             try:
                 payload = peer.inbox.next()  # a frame over the limit: refused before it is read
                 if payload is None:
-                    return
+                    return len(data) == _RECEIVE
                 message = decode(payload)
             except ValueError:
                 self._drop(peer)
-                return
+                return False
             if not peer.hello:
                 if not self._greet(peer, message):
-                    return
+                    return False
             else:
                 self._requests.append((peer, message))
+
+    def _sweep(self) -> list[tuple[_Peer, dict[str, Any]]]:
+        """Every request the connections hold now (for a round that settles)."""
+        for key, mask in self._selector.select(0):
+            if isinstance(key.data, _Peer) and mask & selectors.EVENT_READ:
+                while self._receive(key.data):
+                    pass
+        swept, self._requests = self._requests, []
+        return swept
 
     def _greet(self, peer: _Peer, hello: dict[str, Any]) -> bool:
         token = hello.get("hello")
@@ -626,6 +647,8 @@ class StudyRelay:
 
     def _round(self, requests: list[tuple[_Peer, dict[str, Any]]], locals_: list[_Local]) -> None:
         """Check each request, write the round in one go, then answer."""
+        if any(local.settles for local in locals_):
+            requests = requests + self._sweep()
         writing = locals_ or any(message.get("op") != "poll" for _, message in requests)
         if writing and self.broken is None:
             try:

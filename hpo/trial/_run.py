@@ -126,7 +126,7 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
     if state is TrialStatus.SUSPENDED:  # whether "resumes from its checkpoint" is true
         run["checkpoint_saved"] = checkpoint_files(Path(task.checkpoint_dir)) != saved_before
     values = None if value is None else value if isinstance(value, list) else [value]
-    ended = link.end(state, values, run, segment)
+    ended = link.end(state, values, run, segment, wait=task.end_waits)
     if state is TrialStatus.SUSPENDED:
         return TrialOutcome(task.number, state)  # still RUNNING in the store; resumes later
     if ended.won:

@@ -95,6 +95,10 @@ class TrialTask:
     # The master's heartbeat period (HPO_HEARTBEAT_S where it runs): it judges
     # the trial lost after missing a few, whatever the worker's environment says.
     heartbeat_s: float = field(default_factory=period_here)
+    # Whether the task waits for its trial's end to be durable before it
+    # returns. The master's tasks do not where they run on its host (the
+    # slot is free once the relay holds the end; the master settles it).
+    end_waits: bool = True
 
     @classmethod
     def for_trial(cls, spec: StudySpec, run_dir: RunDir, storage: str, number: int,
@@ -102,7 +106,8 @@ class TrialTask:
                   after_segment: int = -1, objective: str | Objective | None = None,
                   shape: TrialShape | None = None, placement: Placement | None = None,
                   profile_batches: int = 0, resizable: bool = False,
-                  context: TrialContext | None = None, master: str | None = None) -> TrialTask:
+                  context: TrialContext | None = None, master: str | None = None,
+                  end_waits: bool = True) -> TrialTask:
         """The task of trial ``number`` of the study ``spec`` (``objective``
         replaces the space's when given), of ``shape`` (default: the one its
         configuration asks for), on ``placement`` when the master chose it;
@@ -127,7 +132,7 @@ class TrialTask:
             after_segment=after_segment, retries=spec.retries.objective,
             isolate=shape.time_limit_s is not None or shape.gpus > 0,
             control=str(run_dir.control_file), context=context or context_of(None), master=master,
-            data=spec.data, pythonpath=tuple(objective_path(spec.source)),
+            data=spec.data, pythonpath=tuple(objective_path(spec.source)), end_waits=end_waits,
         )
 
 
