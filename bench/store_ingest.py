@@ -36,8 +36,9 @@ Run: ``python bench/store_ingest.py [--procs 8] [--reports 2000] [--repeats R]
 [--contenders hpo,optuna] [--dir DIR] [--groups]``. ``--dir`` puts the stores on that
 file system (default: the system temp dir); use it to measure a shared one
 (NFS, GPFS, Lustre). Figures are medians over R rounds; contenders are chosen
-by name prefix. The last lines are ``fairness=<hpo, default store>`` and
-``reports_per_s=<hpo, default store>``.
+by name prefix. The last lines are ``fairness=<hpo, default store>``,
+``relay_cpu_us=<the relay thread's CPU per report, hpo's default store>``
+(Linux) and ``reports_per_s=<hpo, default store>``.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -134,9 +136,10 @@ class RunFailed(Exception):
 
 
 def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Path,
-             groups: bool, relay: bool) -> tuple[float, float]:
-    """Time one run; return reports per second over all processes, and the
-    slowest process's time over the fastest's.
+             groups: bool, relay: bool) -> tuple[float, float, float | None]:
+    """Time one run; return reports per second over all processes, the
+    slowest process's time over the fastest's, and the CPU the relay's
+    thread spent per report, in microseconds (None: no relay).
 
     Raises RunFailed when a writer failed, with the first reason."""
     if relay:
@@ -147,8 +150,21 @@ def run_once(label: str, kind: str, url: str, procs: int, reports: int, work: Pa
     return _run_writers(label, kind, url, url, storage, procs, reports, work, groups)
 
 
+def _relay_cpu_s() -> float | None:
+    """The CPU time (user and system) of this process's relay thread so
+    far, from /proc (Linux); None where it cannot be read."""
+    relay = next((t for t in threading.enumerate() if t.name == "hpo-study-relay"), None)
+    if relay is None or relay.native_id is None:
+        return None
+    try:
+        fields = Path(f"/proc/self/task/{relay.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def _run_writers(label: str, kind: str, store_url: str, url: str, storage, procs: int,
-                 reports: int, work: Path, groups: bool) -> tuple[float, float]:
+                 reports: int, work: Path, groups: bool) -> tuple[float, float, float | None]:
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     # hpo: the master creates the trials; optuna: each process asks for its own.
     trial_ids = [StudyStore.trial_id(study.ask()) if kind == "hpo" else -1 for _ in range(procs)]
@@ -169,7 +185,7 @@ def _run_writers(label: str, kind: str, store_url: str, url: str, storage, procs
                 if time.monotonic() > deadline or not all(w.is_alive() for w in writers):
                     raise RuntimeError(f"{label}: a writer did not start (exit codes "
                                        f"{[w.exitcode for w in writers]})")
-        begin = time.perf_counter()
+        begin, relay_before = time.perf_counter(), _relay_cpu_s()
         go.set()
         while any(w.is_alive() for w in writers):
             _status(f"{label}: {counter.value:,}/{total:,} reports, "
@@ -179,6 +195,7 @@ def _run_writers(label: str, kind: str, store_url: str, url: str, storage, procs
                 if writer.is_alive():
                     break
         elapsed = time.perf_counter() - begin
+        relay_after = _relay_cpu_s()
     finally:
         go.set()
         for writer in writers:
@@ -191,7 +208,9 @@ def _run_writers(label: str, kind: str, store_url: str, url: str, storage, procs
         reason = error.read_text() if error.exists() else f"exit code {writer.exitcode}"
         raise RunFailed(f"{len(failed)} of {procs} writers failed; first: {reason}")
     _check_complete(label, kind, store_url, procs, reports)
-    return total / elapsed, max(times) / min(times)
+    relay_us = (None if relay_before is None or relay_after is None
+                else 1e6 * (relay_after - relay_before) / total)
+    return total / elapsed, max(times) / min(times), relay_us
 
 
 def _check_complete(label: str, kind: str, url: str, procs: int, reports: int) -> None:
@@ -255,6 +274,7 @@ def main() -> None:
     rates: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
     spreads: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
     failures: dict[tuple[str, str], list[str]] = {(c[0], c[2]): [] for c in contenders}
+    relay_cpu: dict[tuple[str, str], list[float]] = {(c[0], c[2]): [] for c in contenders}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="store-ingest-") as tmp_name:
         print(f"stores in {tmp_name}", flush=True)
         for repeat in range(args.repeats):
@@ -264,8 +284,8 @@ def main() -> None:
                 url = f"sqlite:///{work}/study.db" if store == "sqlite" else f"{work}/journal.log"
                 label = f"[{repeat + 1}/{args.repeats}] {name}, {store}"
                 try:
-                    rate, spread = run_once(label, kind, url, args.procs, args.reports, work,
-                                            args.groups, relay=kind == "hpo" and store != "journal")
+                    rate, spread, relay_us = run_once(label, kind, url, args.procs, args.reports, work,
+                                                      args.groups, relay=kind == "hpo" and store != "journal")
                 except RunFailed as exc:
                     failures[(name, store)].append(str(exc))
                     outcome = f"FAILED: {exc}"
@@ -273,13 +293,17 @@ def main() -> None:
                     rates[(name, store)].append(rate)
                     spreads[(name, store)].append(spread)
                     outcome = f"{rate:,.0f} reports/s, slowest/fastest process {spread:.2f}"
+                    if relay_us is not None:
+                        relay_cpu[(name, store)].append(relay_us)
+                        outcome += f", relay thread {relay_us:.0f} us of CPU a report"
                 _status("")
                 print(f"  {label}: {outcome}", file=sys.stderr, flush=True)
 
     print(f"\nreports per second, all {args.procs} processes together "
           f"(median of the runs that finished, of {args.repeats}):")
     print(f"  {'contender':22s} {'store':8s} {'writes/report':>13s} {'reports/s':>10s} "
-          f"{'ms/report':>10s} {'vs optuna':>10s} {'slow/fast':>9s} {'failed runs':>11s}")
+          f"{'ms/report':>10s} {'vs optuna':>10s} {'slow/fast':>9s} {'failed runs':>11s} "
+          f"{'relay us/report':>15s}")
     medians = {key: statistics.median(values) for key, values in rates.items() if values}
     for name, kind, store, writes in contenders:
         failed = f"{len(failures[(name, store)])}/{args.repeats}"
@@ -293,8 +317,10 @@ def main() -> None:
         plain = medians.get(("optuna trial.report", "journal" if store == "relay" else store))
         ratio = f"{rate / plain:9.2f}x" if plain and kind == "hpo" else ""
         spread = statistics.median(spreads[(name, store)])
+        cpu = relay_cpu[(name, store)]
+        relay_us = f"{statistics.median(cpu):15.0f}" if cpu else f"{'':15s}"
         print(f"  {name:22s} {store:8s} {writes:13d} {rate:10,.0f} {latency_ms:10.2f} "
-              f"{ratio:>10s} {spread:9.2f} {failed:>11s}")
+              f"{ratio:>10s} {spread:9.2f} {failed:>11s} {relay_us}")
     for (name, store), reasons in failures.items():
         for reason in reasons:
             print(f"  {name}, {store}: {reason}")
@@ -302,6 +328,8 @@ def main() -> None:
           "each process appends under the file lock; hpo's sqlite: behind the relay)")
     if DEFAULT_STORE in medians:
         print(f"fairness={statistics.median(spreads[DEFAULT_STORE]):.2f}")
+        if relay_cpu[DEFAULT_STORE]:
+            print(f"relay_cpu_us={statistics.median(relay_cpu[DEFAULT_STORE]):.0f}")
         print(f"reports_per_s={medians[DEFAULT_STORE]:.0f}")
 
 
