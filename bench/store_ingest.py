@@ -33,7 +33,7 @@ lost one stops the benchmark; a run where a writer got an error (SQLite:
 the median.
 
 Run: ``python bench/store_ingest.py [--procs 8] [--reports 2000] [--repeats R]
-[--contenders hpo,optuna] [--dir DIR] [--groups]``. ``--dir`` puts the stores on that
+[--contenders hpo,optuna] [--stores relay,journal] [--dir DIR] [--groups]``. ``--dir`` puts the stores on that
 file system (default: the system temp dir); use it to measure a shared one
 (NFS, GPFS, Lustre). Figures are medians over R rounds; contenders are chosen
 by name prefix. The last lines are ``fairness=<hpo, default store>``,
@@ -260,6 +260,7 @@ def main() -> None:
                         help="reports per process (default 2000)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--contenders", help="comma-separated name prefixes (default: all)")
+    parser.add_argument("--stores", help="comma-separated stores: relay, journal, sqlite (default: all)")
     parser.add_argument("--dir", help="directory for the stores (default: the system temp dir)")
     parser.add_argument("--groups", action="store_true",
                         help="each writer in its own session and process group, as on separate nodes")
@@ -268,6 +269,8 @@ def main() -> None:
     contenders = CONTENDERS
     if args.contenders:
         contenders = [c for c in CONTENDERS if c[0].startswith(tuple(args.contenders.split(",")))]
+    if args.stores:
+        contenders = [c for c in contenders if c[2] in args.stores.split(",")]
 
     print(f"{args.procs} processes x {args.reports:,} reports each, {os.cpu_count()} CPUs, "
           f"Python {platform.python_version()}, Optuna {optuna.__version__}", flush=True)
