@@ -251,7 +251,7 @@ def test_a_report_the_store_did_not_take_raises_and_the_next_attempt_sends_it_ag
             store = StudyStore(second.storage, STUDY)
             again = open_trial(_task(second.writers_url, tmp_path, trial_id, number, "b"))
             assert [step for step, _ in again.reports] == [0, 1, 2]
-            second.catch_up()
+            second.settle()
             assert store.trial(trial_id).intermediate_values == {0: 1.0, 1: 2.0, 2: 3.0}
             assert not list((tmp_path / "trials" / str(number)).glob("hpo-unstored-*"))
         finally:

@@ -265,7 +265,7 @@ def test_a_trial_process_writing_around_the_relay_refuses_what_the_relay_refuses
     assert _journal(relay) == before
     link.report(0, {"value": 1.0}, 1.0)
     assert attempt.finish(1.0)
-    relay.catch_up()
+    relay.settle()
     (trial,) = _readable(relay)
     assert trial.values == [1.0] and trial.intermediate_values == {0: 1.0}
 

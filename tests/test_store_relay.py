@@ -219,7 +219,7 @@ def test_without_a_reachable_relay_a_link_writes_directly_and_reads_the_control_
         decision = link.report(0, {"value": 1.0}, 1.0)
         link.report(1, {"value": 2.0}, 2.0)
         assert link.direct and decision.stop == {"reason": "target"}
-        relay.catch_up()  # the relay follows the direct appends into its replica
+        relay.settle()  # the relay follows the direct appends into its replica
         assert relay.storage.get_trial(trial_id).intermediate_values == {0: 1.0, 1: 2.0}
     err = capfd.readouterr().err
     assert err.count("cannot be reached") == 1 and "control file" in err

@@ -82,7 +82,9 @@ class JournalLock(JournalFileSymlinkLock):
                 break
             except FileExistsError:
                 pass
-            if clear_dead_lock(self._lock_target_file):
+            # A holder appends in about a millisecond: only a lock held past
+            # the first naps (some 60 ms) is worth asking who left it.
+            if nap_s >= _LOCK_NAP_S and clear_dead_lock(self._lock_target_file):
                 continue
             try:
                 mtime = os.stat(self._lock_file).st_mtime  # the journal's: a holder appending keeps it fresh

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from hpo.store._control import FRESH_S, ControlFile
 from hpo.store._epoch import EPOCH_ATTR, journal_epoch
 from hpo.store._files import MACHINE_FAULTS
+from hpo.store._format import last_trial_system_attrs
 from hpo.store._protocol import (
     HELLO_TIMEOUT_S,
     MAX_ANSWER,
@@ -162,15 +163,7 @@ class RelayConnection:
             Sent, but no answer came (the outcome is unknown).
         """
         waiter = _Waiter.mine()
-        with self._sending:
-            sock = self._connected()
-            number = next(self._ids)
-            self._waiting[number] = waiter
-            try:
-                sock.sendall(encode({**message, "id": number}))
-            except OSError as exc:
-                self._lost(sock, exc)
-                raise _AnswerLost(f"the relay stopped answering ({exc})") from None
+        sock = self._send(message, waiter)
         deadline = time.monotonic() + timeout
         while waiter.answer is None and sock is self._sock:
             left = deadline - time.monotonic()
@@ -199,13 +192,22 @@ class RelayConnection:
     def post(self, message: dict[str, Any]) -> None:
         """Send ``message`` and wait for no answer (a later request's reader
         drops it). OSError when the connection broke while it was sent."""
+        self._send(message, None)
+
+    def _send(self, message: dict[str, Any], waiter: _Waiter | None) -> socket.socket:
+        """Send ``message`` with an id of its own, its answer awaited by
+        ``waiter`` (None: by nobody); the socket it went out on."""
         with self._sending:
             sock = self._connected()
+            number = next(self._ids)
+            if waiter is not None:
+                self._waiting[number] = waiter
             try:
-                sock.sendall(encode({**message, "id": next(self._ids)}))
+                sock.sendall(encode({**message, "id": number}))
             except OSError as exc:
                 self._lost(sock, exc)
                 raise _AnswerLost(f"the relay stopped answering ({exc})") from None
+        return sock
 
     def _read_until(self, sock: socket.socket, waiter: _Waiter, left: float) -> None:
         """Read answers, handing each to its thread, until ``waiter``'s came."""
@@ -483,8 +485,6 @@ class _DirectSink:
         never set: absent). The whole journal is read: this path is the
         fallback, taken once per attempt that starts around the relay."""
         if self._journal is not None:
-            from hpo.store._format import last_trial_system_attrs
-
             with open(self._journal.path, "rb") as f:
                 return last_trial_system_attrs(f.read(), trial_id, keys)
         if self._storage is None:

@@ -384,18 +384,15 @@ class StudyRelay:
         is in the relay's queue once sent)."""
         self.append_local([], settles=True)
 
-    def catch_up(self) -> None:
-        """Make the replica hold what other processes appended to the journal
-        directly so far (a task that ended on the direct path wrote its end
-        before it returned); cheap when they appended nothing."""
+    def _appended_around(self) -> bool:
+        """Whether other processes appended to the journal since this relay
+        last followed it (a task that could not reach it wrote its end)."""
         if self._journal is None:
-            return
+            return False
         try:
-            grown = os.stat(self._journal.path).st_size > self._end
+            return os.stat(self._journal.path).st_size > self._end
         except OSError:
-            return
-        if grown:
-            self.append_local([])
+            return False
 
     def claim(self, study_id: int) -> int:
         """Take the study for this master's run: write the next epoch into the
@@ -647,9 +644,13 @@ class StudyRelay:
 
     def _round(self, requests: list[tuple[_Peer, dict[str, Any]]], locals_: list[_Local]) -> None:
         """Check each request, write the round in one go, then answer."""
-        if any(local.settles for local in locals_):
+        settles = any(local.settles for local in locals_)
+        if settles:
             requests = requests + self._sweep()
-        writing = locals_ or any(message.get("op") != "poll" for _, message in requests)
+        # A settle alone takes the lock only to follow what was appended around it.
+        writing = (any(local.records or not local.settles for local in locals_)
+                   or any(message.get("op") != "poll" for _, message in requests)
+                   or (settles and self._appended_around()))
         if writing and self.broken is None:
             try:
                 self._check_store()
@@ -805,7 +806,7 @@ class StudyRelay:
         if self._journal is not None:
             data = encode_records(records)
             if data:
-                self._end += len(data)  # first: catch_up() reads it while the write goes on
+                self._end += len(data)  # first: settle() reads it while the write goes on
                 self._appender.write(data)
                 self._feed.add(records, self._end)
             return [True] * len(written)

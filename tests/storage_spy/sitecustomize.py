@@ -56,15 +56,14 @@ def _no_route(address, *args, **kwargs):
 
 if _DIR:
     sys.meta_path.insert(0, _Spy())
-_connect = socket.socket.connect
-
-
-def _no_relay_here(sock, address):
-    if isinstance(address, (str, bytes)) and address[:11] in ("\0hpo-relay-", b"\0hpo-relay-"):
-        raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-    return _connect(sock, address)
+def _no_relay_here(connect):
+    def no_relay_here(sock, address):
+        if isinstance(address, (str, bytes)) and address[:11] in ("\0hpo-relay-", b"\0hpo-relay-"):
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        return connect(sock, address)
+    return no_relay_here
 
 
 if os.environ.get("HPO_TEST_UNREACHABLE_RELAY"):
     socket.create_connection = _no_route
-    socket.socket.connect = _no_relay_here
+    socket.socket.connect = _no_relay_here(socket.socket.connect)
