@@ -65,8 +65,8 @@ class JournalLock(JournalFileSymlinkLock):
     writers would append at once. While held, ``<journal>.lock-held`` names
     the lock (its inode and change time), its host and its process: a
     writer that finds the lock left by a process gone from this host (killed
-    inside an append) breaks exactly that lock at once, instead of waiting
-    out Optuna's 30 s grace; any other lock is waited for as Optuna does,
+    inside an append) breaks exactly that lock after some 60 ms, instead of
+    waiting out Optuna's 30 s grace; any other lock is waited for as Optuna does,
     and broken after the grace period when the journal stays unchanged."""
 
     def __init__(self, path: str, role: str = "writer") -> None:
