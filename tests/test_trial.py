@@ -89,6 +89,16 @@ def test_on_the_masters_host_a_task_is_over_before_its_end_is_durable_and_settle
     assert fresh(task).state == optuna.trial.TrialState.COMPLETE and fresh(task).value == 1.0
 
 
+def test_a_posted_end_is_written_without_a_settle_when_no_request_follows_it(relay, tmp_path):
+    # The relay holds a posted end for the next round it can share; with
+    # none coming, it writes it alone a moment later.
+    task = make_task(relay, tmp_path, lambda config, trial: 2.0, end_waits=False)
+    assert run_trial(task).state is TrialStatus.COMPLETE
+    ended = wait_for(lambda: fresh(task).state != optuna.trial.TrialState.RUNNING and fresh(task),
+                     what="the posted end on disk")
+    assert ended.state == optuna.trial.TrialState.COMPLETE and ended.value == 2.0
+
+
 @pytest.mark.parametrize("objective, config, state, error_type, words", [
     ("hpo.examples.toy:fail", {"fail": True}, TrialStatus.FAILED, "RuntimeError", "boom"),
     ("hpo.examples.toy:nan", {}, TrialStatus.FAILED, "NonFiniteValue", "nan"),

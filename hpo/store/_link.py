@@ -191,8 +191,9 @@ class RelayConnection:
 
     def post(self, message: dict[str, Any]) -> None:
         """Send ``message`` and wait for no answer (a later request's reader
-        drops it). OSError when the connection broke while it was sent."""
-        self._send(message, None)
+        drops it); the relay may hold it a few milliseconds to write it with
+        the next request. OSError when the connection broke while it was sent."""
+        self._send({**message, "posted": True}, None)
 
     def _send(self, message: dict[str, Any], waiter: _Waiter | None) -> socket.socket:
         """Send ``message`` with an id of its own, its answer awaited by

@@ -92,6 +92,10 @@ _IDLE_S = 0.05  # nothing arrived for this long: release the journal's lock
 _HOLD_S = 0.5  # hold the lock at most this long while busy...
 _YIELD_S = 0.005  # ...then leave it free this long for direct writers
 _FOREIGN_S = 0.1  # when idle, look for direct appends this often
+# A posted request (a trial's end its task does not wait for) waits at most
+# this long for a round it can share: the next trial's start on that worker,
+# or the master's settle, usually comes first, and one write then holds both.
+_POSTED_S = 0.01
 _CHECK_S = 1.0  # when idle, look at the lease and the journal's identity this often
 _MAX_PEERS = 4096  # connections kept at once, at most (a node's file limit is often 1,024)
 _SPARE_FILES = 128  # files the master keeps for itself beside its connections
@@ -241,6 +245,8 @@ class StudyRelay:
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._requests: list[tuple[_Peer, dict[str, Any]]] = []
+        self._awaited = 0  # of those, the ones a writer waits for
+        self._posted_since: float | None = None  # when the oldest posted one came
         self._unsent: list[_Peer] = []  # connections with answers queued this turn
         self._locals: deque[_Local] = deque()
         self._calls: deque[_Call] = deque()
@@ -443,9 +449,9 @@ class StudyRelay:
                 self._appender.release()
 
     def _turn(self, final: bool = False) -> None:
-        busy = self._requests or self._locals or self._later or self._calls
+        busy = self._awaited or self._locals or self._later or self._calls
         held = self._journal is not None and self._appender.held
-        timeout = 0 if (busy or final) else (_IDLE_S if held else _FOREIGN_S)
+        timeout = 0 if (busy or final) else self._posted_wait(_IDLE_S if held else _FOREIGN_S)
         for key, mask in self._selector.select(timeout):
             if key.data is _LISTENER:
                 self._accept(cast(socket.socket, key.fileobj))
@@ -459,19 +465,35 @@ class StudyRelay:
         self._drop_silent()
         while self._later:
             self._send(*self._later.popleft())
-        requests, self._requests = self._requests, []
-        locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
-        if requests or locals_:
+        if self._locals or (self._requests and (final or self._posted_wait(0.0) == 0.0)):
+            requests = self._take_requests()
+            locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
             try:
                 self._round(requests, locals_)
             except BaseException as exc:  # a bug: nobody may wait for an answer for ever
                 self.broken = self.broken or exc
                 self._refuse_all(requests, locals_)
                 raise
-        else:
+        elif not self._requests:  # posted requests waiting for company are not idleness
             self._idle()
         self._flush_all()
         self._run_calls()
+
+    def _posted_wait(self, otherwise: float) -> float:
+        """How long the requests held may wait for their round: 0 once one
+        is awaited or a posted one waited :data:`_POSTED_S`; ``otherwise``
+        when none is held."""
+        if self._awaited:
+            return 0.0
+        if self._posted_since is None:
+            return otherwise
+        return max(0.0, self._posted_since + _POSTED_S - time.monotonic())
+
+    def _take_requests(self) -> list[tuple[_Peer, dict[str, Any]]]:
+        """Every request held, in the order they came, for a round."""
+        requests, self._requests = self._requests, []
+        self._awaited, self._posted_since = 0, None
+        return requests
 
     def _idle(self) -> None:
         """Nothing to write: let direct writers have the lock, follow their
@@ -558,7 +580,15 @@ class StudyRelay:
                 if not self._greet(peer, message):
                     return False
             else:
-                self._requests.append((peer, message))
+                self._hold(peer, message)
+
+    def _hold(self, peer: _Peer, message: dict[str, Any]) -> None:
+        """Keep a request for the next round (a posted one may wait for it)."""
+        self._requests.append((peer, message))
+        if message.get("posted") is not True:
+            self._awaited += 1
+        elif self._posted_since is None:
+            self._posted_since = time.monotonic()
 
     def _sweep(self) -> list[tuple[_Peer, dict[str, Any]]]:
         """Every request the connections hold now (for a round that settles)."""
@@ -566,8 +596,7 @@ class StudyRelay:
             if isinstance(key.data, _Peer) and mask & selectors.EVENT_READ:
                 while self._receive(key.data):
                     pass
-        swept, self._requests = self._requests, []
-        return swept
+        return self._take_requests()
 
     def _greet(self, peer: _Peer, hello: dict[str, Any]) -> bool:
         token = hello.get("hello")
