@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -23,8 +24,14 @@ def objective_path(space: str | os.PathLike | None) -> list[str]:
     >>> objective_path("<dict>") == [str(Path.cwd().resolve())]
     True
     """
+    return list(_folders(os.fspath(space) if space else None, os.getcwd()))
+
+
+@functools.lru_cache(maxsize=32)
+def _folders(space: str | None, cwd: str) -> tuple[str, ...]:
+    # Asked for every trial the master makes: the file system once per place.
     folders = [str(Path(space).resolve().parent)] if space and Path(space).is_file() else []
-    return list(dict.fromkeys([*folders, str(Path.cwd().resolve())]))
+    return tuple(dict.fromkeys([*folders, str(Path(cwd).resolve())]))
 
 
 def add_to_path(folders: Sequence[str]) -> None:
