@@ -30,6 +30,11 @@ thread per trial) on 2 slots: the whole ``hpo.run`` call against a plain
 ``Parallel(n_jobs=2)``, each calling the same function with a detached
 ``hpo.Trial``. Training on a CPU is deterministic, so all find the same best.
 
+The sleep workloads' tables also give the CPU milliseconds each trial cost
+this process (hpo's master with the cluster's scheduler, or Optuna's threads)
+and the cluster's worker processes: on 2 cores, what the master and the
+workers spend beside the sleeps is what the slots wait for.
+
 Run: ``python bench/overhead.py [--repeats R] [--contenders hpo,ray]
 [--workloads 200x0.1,2000x1@16,mlp,torch] [--trials16 N]``. The figures are medians
 over R rounds; contenders are chosen by name prefix (hpo, optuna, dask, ray,
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -170,18 +176,28 @@ def sleep_contenders(w: Sleep, cluster: LocalCluster, client: Client, tmp: Path,
     return contenders
 
 
-def report_sleep(w: Sleep, times: dict[str, list[float]], repeats: int) -> float | None:
-    """Print the table of one sleep workload; hpo's overhead in %."""
-    print(f"\n{w}, ideal {w.ideal:.2f} s (median of {repeats}):")
-    print(f"  {'contender':28s} {'makespan_s':>10s} {'overhead_%':>10s}")
+def report_sleep(w: Sleep, times: dict[str, list[float]], repeats: int,
+                 cpu: dict[str, list[tuple[float, float]]]) -> float | None:
+    """Print the table of one sleep workload; hpo's overhead in %. The CPU
+    columns are per trial: this process's, and the Dask workers' (shown for
+    the contenders whose trials run on them)."""
+    print(f"\n{w}, ideal {w.ideal:.2f} s (median of {repeats}; CPU ms per trial):")
+    print(f"  {'contender':28s} {'makespan_s':>10s} {'overhead_%':>10s} {'cpu_here':>9s} {'cpu_workers':>11s}")
     hpo_pct = None
     for name, values in times.items():
         makespan = statistics.median(values)
         pct = 100 * (makespan - w.ideal) / w.ideal
-        print(f"  {name:28s} {makespan:10.2f} {pct:10.1f}")
+        here = statistics.median(1000 * c[0] / w.n for c in cpu[name]) if name in cpu else None
+        workers = (statistics.median(1000 * c[1] / w.n for c in cpu[name])
+                   if name in cpu and name.startswith(("hpo", "dask")) else None)
+        print(f"  {name:28s} {makespan:10.2f} {pct:10.1f} {_ms(here):>9s} {_ms(workers):>11s}")
         if name.startswith("hpo"):
             hpo_pct = pct
     return hpo_pct
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 # -- the digits MLP grid ---------------------------------------------------------
@@ -325,18 +341,36 @@ def select(contenders: dict, prefixes: list[str] | None) -> dict:
     return {k: v for k, v in contenders.items() if k.lower().startswith(tuple(prefixes))}
 
 
-def timed_rounds(label: str, contenders: dict, repeats: int) -> tuple[dict[str, list[float]], dict]:
-    """Interleave the contenders for ``repeats`` rounds: times and the last result of each."""
+def timed_rounds(label: str, contenders: dict, repeats: int, client: Client | None = None,
+                 cpu: dict[str, list[tuple[float, float]]] | None = None) -> tuple[dict[str, list[float]], dict]:
+    """Interleave the contenders for ``repeats`` rounds: times and the last
+    result of each; with ``client``, each round's CPU seconds (this process's,
+    the cluster's workers') go to ``cpu``."""
     times: dict[str, list[float]] = {name: [] for name in contenders}
     results: dict = {}
     for r in range(repeats):
         for name, contender in contenders.items():
             print(f"  {label} {name}: round {r + 1}/{repeats}...", end="", file=sys.stderr, flush=True)
+            used = cpu_seconds(client) if client is not None else None
             begin = time.perf_counter()
             results[name] = contender()
             times[name].append(time.perf_counter() - begin)
+            if used is not None and cpu is not None:
+                now = cpu_seconds(client)
+                cpu.setdefault(name, []).append((now[0] - used[0], now[1] - used[1]))
             print(f" {times[name][-1]:.2f} s", file=sys.stderr, flush=True)
     return times, results
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_seconds(client: Client) -> tuple[float, float]:
+    """CPU seconds so far of this process (hpo's master and the cluster's
+    scheduler, or Optuna's threads) and of the cluster's worker processes."""
+    return own_cpu_seconds(), sum(client.run(own_cpu_seconds).values())
 
 
 class Clusters:
@@ -417,8 +451,9 @@ def main() -> None:
                 continue
             cluster, client = clusters.get(w.slots)
             contenders = select(sleep_contenders(w, cluster, client, tmp, ray), prefixes)
-            times, _ = timed_rounds(f"{w.n} x {w.t:g}s@{w.slots}", contenders, args.repeats)
-            pct = report_sleep(w, times, args.repeats) if times else None
+            cpu: dict[str, list[tuple[float, float]]] = {}
+            times, _ = timed_rounds(f"{w.n} x {w.t:g}s@{w.slots}", contenders, args.repeats, client, cpu)
+            pct = report_sleep(w, times, args.repeats, cpu) if times else None
             if pct is not None:
                 overheads.append(pct)
     clusters.close()
