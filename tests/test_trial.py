@@ -94,7 +94,8 @@ def test_a_posted_end_is_written_without_a_settle_when_no_request_follows_it(rel
     # none coming, it writes it alone a moment later.
     task = make_task(relay, tmp_path, lambda config, trial: 2.0, end_waits=False)
     assert run_trial(task).state is TrialStatus.COMPLETE
-    ended = wait_for(lambda: fresh(task).state != optuna.trial.TrialState.RUNNING and fresh(task),
+    # (Its start too may still be on its way to disk: the relay answers a start before writing it.)
+    ended = wait_for(lambda: (lambda t: t.state.is_finished() and t)(fresh(task)),
                      what="the posted end on disk")
     assert ended.state == optuna.trial.TrialState.COMPLETE and ended.value == 2.0
 
