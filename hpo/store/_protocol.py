@@ -41,8 +41,10 @@ Requests
                 ``segment`` (optional ``[key, record]``): the attempt's end; a
                 SUSPENDED status leaves the trial to be resumed. A client on
                 the relay's host (its Unix socket) may send it without
-                waiting for the answer: the master settles it before it
-                reads the trial (``StudyRelay.settle``).
+                waiting for the answer, marked ``"posted": true``: the relay
+                may hold it some 10 ms to write it with the next request,
+                and the master settles it before it reads the trial
+                (``StudyRelay.settle``).
     ``give_up`` ``record`` (or null), ``event`` (``[key, record]``), ``now``:
                 the attempt ends without a result; the trial is resumed at once.
     ``poll``    nothing is written; the answer carries the decision. Without

@@ -449,9 +449,10 @@ class StudyRelay:
                 self._appender.release()
 
     def _turn(self, final: bool = False) -> None:
-        busy = self._awaited or self._locals or self._later or self._calls
+        busy = self._locals or self._later or self._calls
         held = self._journal is not None and self._appender.held
-        timeout = 0 if (busy or final) else self._posted_wait(_IDLE_S if held else _FOREIGN_S)
+        wait = self._requests_wait()
+        timeout = 0 if (busy or final) else (_IDLE_S if held else _FOREIGN_S) if wait is None else wait
         for key, mask in self._selector.select(timeout):
             if key.data is _LISTENER:
                 self._accept(cast(socket.socket, key.fileobj))
@@ -465,7 +466,8 @@ class StudyRelay:
         self._drop_silent()
         while self._later:
             self._send(*self._later.popleft())
-        if self._locals or (self._requests and (final or self._posted_wait(0.0) == 0.0)):
+        wait = self._requests_wait()
+        if self._locals or (wait is not None and (final or wait == 0.0)):
             requests = self._take_requests()
             locals_ = [self._locals.popleft() for _ in range(len(self._locals))]
             try:
@@ -474,19 +476,19 @@ class StudyRelay:
                 self.broken = self.broken or exc
                 self._refuse_all(requests, locals_)
                 raise
-        elif not self._requests:  # posted requests waiting for company are not idleness
+        elif wait is None:  # posted requests waiting for company are not idleness
             self._idle()
         self._flush_all()
         self._run_calls()
 
-    def _posted_wait(self, otherwise: float) -> float:
-        """How long the requests held may wait for their round: 0 once one
-        is awaited or a posted one waited :data:`_POSTED_S`; ``otherwise``
-        when none is held."""
-        if self._awaited:
+    def _requests_wait(self) -> float | None:
+        """How much longer the requests held may wait for their round: None
+        when none is held, 0 once one is awaited or a posted one waited
+        :data:`_POSTED_S`."""
+        if not self._requests:
+            return None
+        if self._awaited or self._posted_since is None:
             return 0.0
-        if self._posted_since is None:
-            return otherwise
         return max(0.0, self._posted_since + _POSTED_S - time.monotonic())
 
     def _take_requests(self) -> list[tuple[_Peer, dict[str, Any]]]:
