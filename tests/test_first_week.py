@@ -232,7 +232,8 @@ def test_a_stop_does_not_wait_for_a_trial_whose_process_is_gone(tmp_path, monkey
         flights = {number: master.InFlight(task, never_over, submitted_at=time.time())}
         engine = _SilentEngine()
         stop = threading.Thread(target=master.suspend_running,
-                                args=(study.store, engine, flights, "SIGINT"), daemon=True)
+                                args=(study.store, engine, flights, "SIGINT", study.relay.settle),
+                                daemon=True)
         stop.start()
         wait_for(lambda: not stop.is_alive(), what="the stop, without the 3600 s grace")
         assert flights == {} and never_over.cancelled()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -185,11 +185,15 @@ def task_over(store: StudyStore, task: TrialTask) -> bool:
     return task_done(trial, task.after_segment) or fell_silent(trial)
 
 
-def finished(engine: Engine, flights: Flights, timeout: float) -> list[int]:
+def finished(engine: Engine, flights: Flights, timeout: float, settle: Callable[[], None]) -> list[int]:
     """The numbers of the in-flight trials whose task is over (waits up to
-    ``timeout`` s of the engine's clock)."""
+    ``timeout`` s of the engine's clock), their ends durable and in the
+    replica: ``settle`` (the relay's) makes those their tasks posted so."""
     done = engine.clock.wait([f.future for f in flights.values()], timeout)
-    return [number for number, flight in flights.items() if flight.future in done]
+    ended = [number for number, flight in flights.items() if flight.future in done]
+    if ended:
+        settle()
+    return ended
 
 
 
@@ -297,7 +301,8 @@ def cancel_pending(store: StudyStore, flights: Flights, why: str,
             del flights[number]
 
 
-def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_name: str) -> None:
+def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_name: str,
+                    settle: Callable[[], None]) -> None:
     """A clean stop: running trials checkpoint and suspend at their next
     check, for up to ``HPO_STOP_GRACE_S`` (30 s); the next run resumes them.
     A trial whose process is gone is not waited for; a second Ctrl-C
@@ -315,7 +320,7 @@ def suspend_running(store: StudyStore, engine: Engine, flights: Flights, signal_
     stopped = [flight.trial_id for flight in flights.values()]  # however each ends below
     try:
         while flights and time.monotonic() < deadline:
-            for number in finished(engine, flights, 0.2):
+            for number in finished(engine, flights, 0.2, settle):
                 _release(flights.pop(number).future)  # a draining worker waits for that
             for number in _gone(store, flights):  # nothing left to checkpoint: no wait
                 flight = flights.pop(number)

@@ -93,7 +93,7 @@ class Controller:
                 pruning.attach(study)
             self._writers_url = relay.writers_url
             self._relay = relay
-            result = self._run(study)
+            result = self._run(study, relay)
             # A master that slept through another's run of the study may find
             # nothing left to do, and write nothing: it still says so (exit 75).
             relay.verify()
@@ -102,7 +102,7 @@ class Controller:
             relay.save_snapshot()
             return result
 
-    def _run(self, study: optuna.Study) -> StudyResult:
+    def _run(self, study: optuna.Study, relay: StudyRelay) -> StudyResult:
         store = self._store = StudyStore.of(study)
         if isinstance(self.engine, FollowsTasks):  # it has no wait-any: it asks the replica
             self.engine.follow(lambda task: lifecycle.task_over(store, task))
@@ -122,7 +122,7 @@ class Controller:
                 self._loop(searcher, store)
             except (KeyboardInterrupt, StopRequested) as exc:
                 name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
-                lifecycle.suspend_running(store, self.engine, self._in_flight, name)
+                lifecycle.suspend_running(store, self.engine, self._in_flight, name, relay.settle)
                 raise
             except EngineLost as exc:  # nothing to tell the trials: nothing reaches them
                 raise EngineLost(f"{exc}; {len(self._in_flight)} trials were in flight") from None
@@ -206,9 +206,7 @@ class Controller:
                 break
             wait_s = clock.poll_s if stopping else min(  # woken at the deadline, not after
                 clock.poll_s, max(deadline - clock.now(), 0.001))
-            ended = lifecycle.finished(self.engine, self._in_flight, wait_s)
-            if ended:  # their ends durable and in the replica: posted, or written around the relay
-                self._relay.settle()
+            ended = lifecycle.finished(self.engine, self._in_flight, wait_s, self._relay.settle)
             silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, clock.now())
                       if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
