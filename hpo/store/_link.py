@@ -193,18 +193,22 @@ class RelayConnection:
         """Send ``message`` and wait for no answer (a later request's reader
         drops it); the relay may hold it a few milliseconds to write it with
         the next request. OSError when the connection broke while it was sent."""
-        self._send({**message, "posted": True}, None)
+        self._send(message, None)
 
     def _send(self, message: dict[str, Any], waiter: _Waiter | None) -> socket.socket:
         """Send ``message`` with an id of its own, its answer awaited by
-        ``waiter`` (None: by nobody); the socket it went out on."""
+        ``waiter`` (None: by nobody, and the relay is told it was posted);
+        the socket it went out on."""
         with self._sending:
             sock = self._connected()
             number = next(self._ids)
             if waiter is not None:
                 self._waiting[number] = waiter
+            framed = {**message, "id": number}
+            if waiter is None:
+                framed["posted"] = True
             try:
-                sock.sendall(encode({**message, "id": number}))
+                sock.sendall(encode(framed))
             except OSError as exc:
                 self._lost(sock, exc)
                 raise _AnswerLost(f"the relay stopped answering ({exc})") from None
@@ -343,8 +347,11 @@ class TrialLink:
         the request, before it is durable (the master's
         :meth:`~hpo.store.StudyRelay.settle` makes it so); elsewhere, and
         around the relay, once durable as always."""
+        # While the study stops, its master may be gone before it settles a
+        # posted end: the end waits, and goes around a relay that stopped.
+        posted = not wait and self.decision.stop is None
         answer = self._ask({"op": "end", "status": status.value, "values": values, "record": record,
-                            "segment": list(segment) if segment else None}, posted=not wait)
+                            "segment": list(segment) if segment else None}, posted=posted)
         if "won" not in answer:  # posted, written directly, or suspended: nothing says otherwise
             return Ended(True, status.value, values[0] if values else None)
         return Ended(bool(answer["won"]), answer.get("status"), answer.get("value"))
