@@ -7,7 +7,9 @@ in one run on the same machine:
 - hpo, dask engine, default durable store (journal file), on a running
   P-worker LocalCluster (one thread each; cluster start-up is reported apart);
 - Optuna ``study.optimize(n_jobs=P)``, in memory and with a journal file;
-- plain Dask ``client.map`` on the same cluster;
+- plain Dask ``client.map`` on the same cluster, and a plain Dask loop that
+  submits the next task as each one ends (``as_completed``), as an adaptive
+  search written by hand on Dask must;
 - Ray Tune, when installed (``pip install 'hpo[bench]'``).
 
 The default sleep workloads are 200 x 0.1 s and 1000 x 0.02 s on 2 slots, and
@@ -65,7 +67,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.p
                                                          os.environ.get("PYTHONPATH")]))
 
 import optuna  # noqa: E402
-from distributed import Client, LocalCluster  # noqa: E402
+from distributed import Client, LocalCluster, as_completed  # noqa: E402
 
 import hpo  # noqa: E402
 
@@ -140,6 +142,20 @@ def run_dask_map(w: Sleep, client: Client) -> None:
     client.gather(client.map(sleep_task, [w.t] * w.n, pure=False))
 
 
+def run_dask_loop(w: Sleep, client: Client) -> None:
+    """What an adaptive search written by hand on Dask does: the next task is
+    submitted as each one ends (its result could choose it), with as many
+    in flight as hpo keeps for grid search (one running and one queued per slot)."""
+    window = 2 * w.slots
+    futures = as_completed([client.submit(sleep_task, w.t, pure=False) for _ in range(min(window, w.n))])
+    submitted = min(window, w.n)
+    for future in futures:
+        future.result()
+        if submitted < w.n:
+            futures.add(client.submit(sleep_task, w.t, pure=False))
+            submitted += 1
+
+
 def ray_runner(num_cpus: int) -> Callable[[Sleep, Path], None] | None:
     try:
         import ray
@@ -170,6 +186,7 @@ def sleep_contenders(w: Sleep, cluster: LocalCluster, client: Client, tmp: Path,
         f"optuna n_jobs={p} (memory)": lambda: run_optuna(w, tmp, journal=False),
         f"optuna n_jobs={p} (journal)": lambda: run_optuna(w, tmp, journal=True),
         "dask client.map": lambda: run_dask_map(w, client),
+        "dask as_completed loop": lambda: run_dask_loop(w, client),
     }
     if ray:
         contenders["ray tune (defaults)"] = lambda: ray(w, tmp)
