@@ -45,10 +45,12 @@ STUDY = "trial-path"
 # Each step of the path, by the function (its file's name and its own name)
 # whose cumulative time it is; nested steps are indented.
 STEPS = [
-    ("start: the relay's answer (TrialLink.start)", "_link.py", "start"),
+    ("start: sent to the relay (TrialLink.begin_start)", "_link.py", "begin_start"),
     ("the attempt (objective included)", "_run.py", "_attempt"),
+    ("  cores claimed and pinned (pin_cpus), before the start's answer", "_cpus.py", "pin_cpus"),
+    ("  the start's answer, waited for (TrialLink._answer_of)", "_link.py", "_answer_of"),
     ("  the trial's log and folder (trial_log)", "_log.py", "trial_log"),
-    ("  cores claimed and pinned, thread pools limited (bind_cpus)", "_cpus.py", "bind_cpus"),
+    ("  thread pools limited (limit_threads)", "_cpus.py", "limit_threads"),
     ("  child processes listed before and after (reaping)", "_reaper.py", "children"),
     ("  the Trial handle (trial_for)", "_attempt.py", "trial_for"),
     ("  the objective", "trial_path.py", "noop"),

@@ -23,7 +23,8 @@ import pytest
 
 import hpo
 from hpo.store import (
-    ControlFile, Decision, JournalFile, MasterLease, StudyRelay, StudyStore, TrialLink, clear_dead_lock, lock_holder,
+    ControlFile, Decision, JournalFile, MasterLease, RelayConnection, StudyRelay, StudyStore, TrialLink,
+    clear_dead_lock, lock_holder,
     local_socket_name,
     process_stopped,
     split_relay,
@@ -76,6 +77,56 @@ def test_many_threads_share_rounds_and_each_report_lands_once_in_order(relay, tm
         assert steps == list(range(200))  # each report once, in the order it was made
     rounds = relay.storage  # the replica was fed every report, without reading the file
     assert all(len(rounds.get_trial(link.trial_id).intermediate_values) == 200 for link in links)
+
+
+class _HoldingRelay:
+    """A stand-in relay on 127.0.0.1 that answers every request at once,
+    except starts, held until :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}:{os.urandom(8).hex()}"
+        self.release = threading.Event()
+        self._sending = threading.Lock()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _send(self, conn: socket.socket, message: dict) -> None:
+        with self._sending:
+            conn.sendall(_frame(message))
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        reader = conn.makefile("rb")
+        while header := reader.read(4):
+            message = json.loads(reader.read(struct.unpack("!I", header)[0]))
+            if "hello" in message:
+                self._send(conn, {"v": message["v"], "epoch": 0})
+            elif message.get("op") == "start":
+                threading.Thread(target=lambda m=message: (self.release.wait(60), self._send(
+                    conn, {"id": m["id"], "ok": True, "run": {"token": m["run"]}})), daemon=True).start()
+            else:
+                self._send(conn, {"id": message["id"], "ok": True})
+
+
+def test_a_request_whose_answer_is_read_later_holds_back_no_other_thread():
+    relay = _HoldingRelay()
+    connection = RelayConnection(relay.address)
+    held = connection.ask({"op": "start", "trial": 0, "run": "later"})  # its thread prepares meanwhile
+    done: list[int] = []
+
+    def polls() -> None:
+        for _ in range(50):
+            connection.request({"op": "poll", "trial": 0}, timeout=30)  # a hang fails, not waits
+        done.append(1)
+
+    threads = [threading.Thread(target=polls) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert done == [1, 1, 1]  # each thread had its answers read while the start's waited
+    relay.release.set()
+    assert held()["run"] == {"token": "later"}
 
 
 def test_an_answer_comes_once_the_report_is_durable(relay, tmp_path):

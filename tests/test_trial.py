@@ -4,8 +4,10 @@ failure; the attempt writes through the study's relay and never reads the store.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import socket
+import tempfile
 import threading
 
 import optuna
@@ -156,6 +158,30 @@ def test_a_finished_trial_run_again_is_counted_once_and_not_run(relay, tmp_path)
     second = run_trial(task)  # e.g. an engine retry after the result was stored
     assert second == first and fresh(task).system_attrs[RUN_ATTR]["attempt"] == 1
     assert ran.read_text() == "x"  # the relay refused the second start
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a trial is pinned only where its process has more cores")
+def test_a_start_refused_while_its_cores_were_claimed_gives_them_back_and_runs_nothing(relay, tmp_path,
+                                                                                      monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a claims folder of its own
+    ran = tmp_path / "ran"
+
+    def counted(config, trial):
+        with ran.open("a") as f:
+            f.write("x")
+        return 1.0
+
+    task = make_task(relay, tmp_path, counted, cpus=1)
+    assert run_trial(task).state is TrialStatus.COMPLETE
+    before = os.sched_getaffinity(0)
+    # Run again, its cores are claimed while the relay answers the start: it refuses it.
+    assert run_trial(task).state is TrialStatus.COMPLETE and ran.read_text() == "x"
+    assert os.sched_getaffinity(0) == before
+    claims = list((tmp_path / f"hpo-cores-{os.getuid()}").iterdir())
+    assert claims  # the cores were claimed, and each is free again
+    for claim in claims:
+        with claim.open("rb") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def test_an_attempt_after_a_lost_worker_keeps_the_history(relay, tmp_path):

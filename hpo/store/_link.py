@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -94,13 +94,15 @@ class Ended:
 
 
 class _Waiter:
-    """A thread's place in the queue of answers (one per thread, reused)."""
+    """A place in the queue of answers: a thread's (one per thread, reused),
+    or a request's whose answer is read later (:meth:`RelayConnection.ask`)."""
 
-    __slots__ = ("wake", "answer")
+    __slots__ = ("wake", "answer", "present")
 
     def __init__(self) -> None:
         self.wake = threading.Event()  # its answer came, or it is its turn to read
         self.answer: dict[str, Any] | None = None
+        self.present = False  # a thread waits for it now: the reading may be handed to it
 
     @classmethod
     def mine(cls) -> _Waiter:
@@ -163,21 +165,37 @@ class RelayConnection:
             Sent, but no answer came (the outcome is unknown).
         """
         waiter = _Waiter.mine()
+        return self._await(self._send(message, waiter), waiter, timeout)
+
+    def ask(self, message: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        """Send ``message`` now and return what waits for its answer, to be
+        called later by this thread (which may do other work meanwhile, but
+        makes no other request before it). RelayUnreachable when nothing was
+        sent; the answer raises OSError when it never came."""
+        waiter = _Waiter()
         sock = self._send(message, waiter)
+        return lambda: self._await(sock, waiter, _ANSWER_TIMEOUT_S)
+
+    def _await(self, sock: socket.socket, waiter: _Waiter, timeout: float) -> dict[str, Any]:
+        """``waiter``'s answer, read by this thread or handed to it by another."""
         deadline = time.monotonic() + timeout
-        while waiter.answer is None and sock is self._sock:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._lost(sock, TimeoutError(f"no answer in {timeout:g} s"))
-            elif self._reading.acquire(blocking=False):
-                try:
-                    self._read_until(sock, waiter, left)
-                finally:
-                    self._reading.release()
-                    self._pass_the_reading()
-            else:
-                waiter.wake.wait(left)
-                waiter.wake.clear()
+        waiter.present = True
+        try:
+            while waiter.answer is None and sock is self._sock:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._lost(sock, TimeoutError(f"no answer in {timeout:g} s"))
+                elif self._reading.acquire(blocking=False):
+                    try:
+                        self._read_until(sock, waiter, left)
+                    finally:
+                        self._reading.release()
+                        self._pass_the_reading()
+                else:
+                    waiter.wake.wait(left)
+                    waiter.wake.clear()
+        finally:
+            waiter.present = False
         if waiter.answer is None:
             raise _AnswerLost(f"the relay stopped answering ({self.why})")
         return waiter.answer
@@ -231,8 +249,9 @@ class RelayConnection:
 
     def _pass_the_reading(self) -> None:
         for other in list(self._waiting.values()):
-            other.wake.set()  # one still waiting takes the reading over
-            return
+            if other.present:  # a thread waits for it: it takes the reading over
+                other.wake.set()
+                return
 
     def _connected(self) -> socket.socket:
         if self._sock is not None:
@@ -320,10 +339,17 @@ class TrialLink:
         """Begin the attempt: ``{"run": RUN_RECORD, "reports": [...],
         "segments": [...]}``, the reports and segments being those stored
         beyond what ``context`` (the task's) holds."""
+        return self.begin_start(where, now, gpus, context)()
+
+    def begin_start(self, where: dict[str, Any], now: float, gpus: float,
+                    context: TrialContext) -> Callable[[], dict[str, Any]]:
+        """:meth:`start`, sent now: what returns its answer (or raises
+        :class:`Halted`) once called, by this thread, before its next request.
+        The attempt has begun only once that answer came: meanwhile its
+        process may prepare (claim cores), never run the objective."""
         message = {"op": "start", "where": where, "now": now, "gpus": gpus,
                    "knows": [len(context["reports"]), len(context["segments"])]}
-        answer = self._ask(message, lambda: self._start_here(where, now, gpus, context))
-        return answer
+        return self._begin(message, lambda: self._start_here(where, now, gpus, context))
 
     def report(self, step: int, metrics: dict[str, float], value: float | None) -> Decision:
         """One step's metrics, durable when it returns; the decision that follows."""
@@ -385,21 +411,47 @@ class TrialLink:
     # -- inside ---------------------------------------------------------------------
 
     def _ask(self, message: dict[str, Any], here: Any = None, posted: bool = False) -> dict[str, Any]:
+        connection = self._connection() if posted and self.address is not None else None
+        if connection is not None and connection.same_host:
+            message["trial"], message["run"] = self.trial_id, self.token
+            check_request(message)  # refused here, as the relay would, not lost unseen
+            try:
+                connection.post(message)
+            except OSError as exc:  # the connection broke: the same writes, directly
+                _say_once(connection, exc)
+                return self._directly(message, here)
+            self.direct = False
+            return {"ok": True}
+        return self._begin(message, here)()
+
+    def _begin(self, message: dict[str, Any], here: Any) -> Callable[[], dict[str, Any]]:
+        """Send ``message`` to the relay; what returns its answer, made
+        directly when the relay cannot be reached or gave none (``here()``
+        where given: requests are idempotent)."""
         message["trial"], message["run"] = self.trial_id, self.token
         if self.address is not None:
             connection = self._connection()
             try:
-                if posted and connection.same_host:
-                    check_request(message)  # refused here, as the relay would, not lost unseen
-                    connection.post(message)
-                    self.direct = False
-                    return {"ok": True}
-                answer = connection.request(message)
-            except OSError as exc:  # unreachable, or no answer: the same writes, directly
+                answer = connection.ask(message)
+            except OSError as exc:  # unreachable: the same writes, directly (below)
                 _say_once(connection, exc)
             else:
-                self.direct = False
-                return self._answered(answer)
+                return lambda: self._answer_of(connection, answer, message, here)
+        done = self._directly(message, here)
+        return lambda: done
+
+    def _answer_of(self, connection: RelayConnection, answer: Callable[[], dict[str, Any]],
+                   message: dict[str, Any], here: Any) -> dict[str, Any]:
+        try:
+            got = answer()
+        except OSError as exc:  # no answer: the same writes, directly
+            _say_once(connection, exc)
+            return self._directly(message, here)
+        self.direct = False
+        return self._answered(got)
+
+    def _directly(self, message: dict[str, Any], here: Any) -> dict[str, Any]:
+        """Make ``message``'s writes around the relay (``here()``, when given)."""
         self.direct = True
         # What the relay would refuse is not written around it either
         # (MalformedRequest, a ValueError: the caller's fault, not the machine's).

@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from hpo.data import StagedData, StagingError
 from hpo.store import Halted, TrialContext, TrialLink
 from hpo.store.records import ErrorRecord, TrialStatus
-from hpo.trial._cpus import CpuBinding, bind_cpus
+from hpo.trial._cpus import CpuBinding, limit_threads, pin_cpus
 from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
 from hpo.trial._local_stop import tracked_children
@@ -103,37 +103,24 @@ def run_follower(task: TrialTask, context: TrialContext, rank: int) -> None:
         resolve_objective(task.objective, path=task.pythonpath)(dict(task.config), trial)
 
 
-def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
+def run_here(task: TrialTask, token: str, context: Callable[[], TrialContext]) -> AttemptResult:
     """Call the objective in this process with a store-backed Trial (the
     attempt ``token``), on ``task.cpus`` threads and, where the process has
-    more, cores of its own."""
-    trial = trial_for(task, token, context)
-    earlier = list(trial.reports)
+    more, cores of its own. ``context()`` returns once the attempt has begun
+    (the relay answered its start, or raises :class:`Halted`): its cores are
+    claimed while the answer comes."""
     result = AttemptResult()
-    header = f"trial {task.number}, pid {os.getpid()}" + (
-        f", from step {earlier[-1][0] + 1}" if earlier else "")
-    with trial_log(task.checkpoint_dir, header) as log:
-        try:
-            # Imports TensorFlow, if it uses it; a module beside the space file too.
-            objective = resolve_objective(task.objective, path=task.pythonpath)
-            with bind_cpus(task.cpus) as binding, \
-                    reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master), \
-                    _told_if_it_ends_the_master(task, log):
-                result.binding = _binding_record(binding)
-                result.returned = objective(dict(task.config), trial)
-        except runtime_interruptions() as exc:
-            raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
-        except TaskInterrupted:  # the simulated engine's time limit, in trial.elapse
-            raise
-        except (Exception, SystemExit) as exc:  # user code: recorded, never raised
-            result.error = {
-                "type": type(exc).__name__, "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
-            if isinstance(exc, OSError) and exc.errno is not None:
-                # A full disk is the machine's fault, not the trial's (hpo.trial._run).
-                result.error.update({"errno": exc.errno, "filename": str(exc.filename or task.checkpoint_dir)})
-            log.write(result.error["traceback"])
+    try:
+        with pin_cpus(task.cpus) as cores, \
+                reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master):
+            trial = trial_for(task, token, context())
+            earlier = list(trial.reports)
+            header = f"trial {task.number}, pid {os.getpid()}" + (
+                f", from step {earlier[-1][0] + 1}" if earlier else "")
+            with trial_log(task.checkpoint_dir, header) as log:
+                _call(task, trial, cores, log, result)
+    except runtime_interruptions() as exc:
+        raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
     if trial.staging_fault is not None and result.error is not None:
         # The objective failed after its data could not be staged (whatever it
         # raised then): the node's fault, handed back, never the trial's.
@@ -150,6 +137,31 @@ def run_here(task: TrialTask, token: str, context: TrialContext) -> AttemptResul
     result.halted = side.halted
     result.reports = trial.reports[len(earlier):]
     return result
+
+
+def _call(task: TrialTask, trial: Trial, cores: tuple[int, ...] | None, log: TextIO,
+          result: AttemptResult) -> None:
+    """Call the objective on ``cores``, its failure recorded in ``result`` and
+    the log, never raised."""
+    try:
+        # Imports TensorFlow, if it uses it; a module beside the space file too.
+        objective = resolve_objective(task.objective, path=task.pythonpath)
+        with limit_threads(task.cpus, cores) as binding, _told_if_it_ends_the_master(task, log):
+            result.binding = _binding_record(binding)
+            result.returned = objective(dict(task.config), trial)
+    except runtime_interruptions():  # the engine's, not the objective's doing: run_here says so
+        raise
+    except TaskInterrupted:  # the simulated engine's time limit, in trial.elapse
+        raise
+    except (Exception, SystemExit) as exc:  # user code: recorded, never raised
+        result.error = {
+            "type": type(exc).__name__, "message": str(exc),
+            "traceback": traceback.format_exc(),
+        }
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # A full disk is the machine's fault, not the trial's (hpo.trial._run).
+            result.error.update({"errno": exc.errno, "filename": str(exc.filename or task.checkpoint_dir)})
+        log.write(result.error["traceback"])
 
 
 def _told_if_it_ends_the_master(task: TrialTask, log: TextIO) -> AbstractContextManager[None]:

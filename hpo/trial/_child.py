@@ -35,7 +35,7 @@ def main(task_file: str, result_file: str) -> None:
     if follower_rank() > 0:
         run_follower(task, context, follower_rank())
         return
-    result = run_here(task, token, context)
+    result = run_here(task, token, lambda: context)  # begun by its parent
     try:
         payload = pickle.dumps(result)
     except Exception:  # an unpicklable return value: keep its text, classified as bad

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuBinding", "bind_cpus", "thread_environment"]
+__all__ = ["CpuBinding", "bind_cpus", "pin_cpus", "limit_threads", "thread_environment"]
 
 # Read when a library starts its thread pool: a child process gets them before
 # it imports anything; a worker process keeps them for its later trials.
@@ -51,15 +51,35 @@ def thread_environment(cpus: int) -> dict[str, str]:
 @contextlib.contextmanager
 def bind_cpus(cpus: int) -> Iterator[CpuBinding]:
     """Run the body with ``cpus`` threads and, where this process may use more
-    cores, on ``cpus`` cores of its own.
+    cores, on ``cpus`` cores of its own (:func:`pin_cpus`, then :func:`limit_threads`)."""
+    with pin_cpus(cpus) as cores, limit_threads(cpus, cores) as binding:
+        yield binding
+
+
+@contextlib.contextmanager
+def pin_cpus(cpus: int) -> Iterator[tuple[int, ...] | None]:
+    """Run the body on ``cpus`` cores of its own, where this process may use
+    more (None: not pinned), with the thread variables a library reads as it
+    starts its pool set to ``cpus``.
 
     Under COMPSs the runtime already pinned the task (``COMPSS_BINDED_CPUS``):
     its cores are recorded and left as they are.
     """
     os.environ.update(thread_environment(cpus))
-    with contextlib.ExitStack() as stack:
-        cores = _compss_cores() or stack.enter_context(_pinned(cpus))
-        stack.enter_context(_limited_pools(cpus))
+    compss = _compss_cores()
+    if compss:
+        yield compss
+        return
+    with _pinned(cpus) as cores:
+        yield cores
+
+
+@contextlib.contextmanager
+def limit_threads(cpus: int, cores: tuple[int, ...] | None) -> Iterator[CpuBinding]:
+    """Limit the thread pools loaded so far (OpenMP, BLAS, TensorFlow's) to
+    ``cpus`` threads while the body runs: entered once the objective's
+    modules are imported, which is when those pools exist."""
+    with _limited_pools(cpus):
         yield CpuBinding(cpus, cores, _limit_tensorflow(cpus))
 
 

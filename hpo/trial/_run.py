@@ -18,6 +18,7 @@ does not count.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +57,44 @@ def run_trial(task: TrialTask) -> TrialOutcome:
     module-level task of every engine."""
     link = TrialLink(task.storage, task.trial_id, task.control, master=task.master)
     try:
-        started = link.start(where(task), time.time(), gpu_total(task), task.context)
+        started = _Started(link.begin_start(where(task), time.time(), gpu_total(task), task.context),
+                           task.context)
+    except Halted as halted:
+        return _halted(task, halted)
+    try:
+        return _run_started(task, link, started)
     except Halted as halted:
         # Ended already (an engine ran the task again after its result was
         # stored): the first result stays, and the trial counts once.
         return _halted(task, halted)
-    try:
-        return _run_started(task, link, started["run"], _caught_up(task.context, started))
-    except Halted as halted:
-        return _halted(task, halted)
     except BaseException as exc:  # the store failed under it: leave the trial to be resumed
         _give_up(link, task, None, f"its task ended without a result: {type(exc).__name__}: {exc}")
         raise
+
+
+class _Started:
+    """An attempt's start, sent to the relay: its answer is read when the
+    attempt first needs it, and the trial's process prepares meanwhile
+    (:func:`~hpo.trial._attempt.run_here` claims its cores first)."""
+
+    def __init__(self, answer: Callable[[], dict[str, Any]], context: TrialContext) -> None:
+        self._answer = answer
+        self._task_context = context
+        self._started: dict[str, Any] | None = None
+
+    def _got(self) -> dict[str, Any]:
+        if self._started is None:
+            self._started = self._answer()  # Halted when refused
+        return self._started
+
+    def context(self) -> TrialContext:
+        """The attempt's context: the task's, with what the answer adds."""
+        return _caught_up(self._task_context, self._got())
+
+    @property
+    def run(self) -> RunRecord:
+        """The attempt's run record, as the relay began it."""
+        return self._got()["run"]
 
 
 def open_trial(task: TrialTask) -> Trial:
@@ -78,19 +105,22 @@ def open_trial(task: TrialTask) -> Trial:
     return trial_for(task, link.token, _caught_up(task.context, started))
 
 
-def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
-                 context: TrialContext) -> TrialOutcome:
+def _run_started(task: TrialTask, link: TrialLink, started: _Started) -> TrialOutcome:
     saved_before = checkpoint_files(Path(task.checkpoint_dir))
+    context: Callable[[], TrialContext] = started.context
+    run: RunRecord | None = None
     while True:
         try:
-            with beating(link, task.heartbeat_s):
+            with beating(link, task.heartbeat_s):  # its first beat comes after the start, on its connection
                 result = _attempt(task, link.token, context)
         except TaskInterrupted as interruption:  # cancelled, not timed out
+            run = started.run if run is None else run
             _give_up(link, task, _end_record(run, AttemptResult(error={
                 "type": "Cancelled", "message": f"the engine cancelled the running task "
                 f"({interruption.kind})"}), task, suspended=False),
                 f"its task was cancelled ({interruption.kind}) on {run['host']}")
             return TrialOutcome(task.number, TrialStatus.RUNNING)
+        run = started.run if run is None else run  # answered before the objective ran
         if result.halted is not None:
             return _halted(task, result.halted)
         if (result.error or {}).get("errno") in MACHINE_FAULTS or (result.error or {}).get("staging"):
@@ -116,7 +146,8 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
         if state is not TrialStatus.FAILED or _failed_attempts(run) >= task.retries:
             break
         run = _retry(link, task, run, result)  # user code failed: again, from its checkpoint
-        context = {**context, "reports": _merged(context["reports"], result.reports)}
+        retried = context()
+        context = _given({**retried, "reports": _merged(retried["reports"], result.reports)})
     run = _end_record(run, result, task, suspended=state is TrialStatus.SUSPENDED)
     segment = None
     if task.quantum is not None:
@@ -134,12 +165,12 @@ def _run_started(task: TrialTask, link: TrialLink, run: RunRecord,
     return TrialOutcome(task.number, TrialStatus(ended.status), ended.value)  # the stored end wins
 
 
-def _attempt(task: TrialTask, token: str, context: TrialContext) -> AttemptResult:
-    """Run the objective once. A time-out by the engine is a result, and so
-    is a disk that fills up under the trial's log; a cancellation raises
-    :class:`TaskInterrupted`."""
+def _attempt(task: TrialTask, token: str, context: Callable[[], TrialContext]) -> AttemptResult:
+    """Run the objective once (``context()``: once the attempt has begun). A
+    time-out by the engine is a result, and so is a disk that fills up under
+    the trial's log; a cancellation raises :class:`TaskInterrupted`."""
     try:
-        return run_isolated(task, token, context) if task.isolate else run_here(task, token, context)
+        return run_isolated(task, token, context()) if task.isolate else run_here(task, token, context)
     except TaskInterrupted as interruption:
         if not interruption.timed_out:
             raise
@@ -164,6 +195,10 @@ def _interrupted(link: TrialLink) -> bool:
     except Exception:  # the relay refused or is gone: not evidence of a stop
         return False
     return bool(stop and stop.get("resume"))
+
+
+def _given(context: TrialContext) -> Callable[[], TrialContext]:
+    return lambda: context
 
 
 def _caught_up(context: TrialContext, started: dict[str, Any]) -> TrialContext:
