@@ -299,7 +299,7 @@ def test_a_disk_full_before_the_objective_starts_gives_the_trial_up_without_rais
     to the master as such, with no exception for the engine to log."""
     import hpo.trial._attempt
 
-    def full(checkpoint_dir, header):
+    def full(checkpoint_dir, header=None):
         raise OSError(errno.ENOSPC, "No space left on device", str(checkpoint_dir))
 
     monkeypatch.setattr(hpo.trial._attempt, "trial_log", full)

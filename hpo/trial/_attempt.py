@@ -26,7 +26,7 @@ from hpo.trial._cpus import CpuBinding, limit_threads, pin_cpus
 from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
 from hpo.trial._local_stop import tracked_children
-from hpo.trial._log import LOG_NAME, trial_log
+from hpo.trial._log import LOG_NAME, log_header, trial_log
 from hpo.trial._objective import resolve_objective
 from hpo.trial._quantum import QuantumClock
 from hpo.trial._reaper import reaping
@@ -108,17 +108,18 @@ def run_here(task: TrialTask, token: str, context: Callable[[], TrialContext]) -
     attempt ``token``), on ``task.cpus`` threads and, where the process has
     more, cores of its own. ``context()`` returns once the attempt has begun
     (the relay answered its start, or raises :class:`Halted`): its cores are
-    claimed while the answer comes."""
+    claimed and its log opened while the answer comes (the log's header,
+    its first line, is written only then)."""
     result = AttemptResult()
     try:
         with pin_cpus(task.cpus) as cores, \
-                reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master):
+                reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master), \
+                trial_log(task.checkpoint_dir) as log:
             trial = trial_for(task, token, context())
             earlier = list(trial.reports)
-            header = f"trial {task.number}, pid {os.getpid()}" + (
-                f", from step {earlier[-1][0] + 1}" if earlier else "")
-            with trial_log(task.checkpoint_dir, header) as log:
-                _call(task, trial, cores, log, result)
+            log_header(log, f"trial {task.number}, pid {os.getpid()}" + (
+                f", from step {earlier[-1][0] + 1}" if earlier else ""))
+            _call(task, trial, cores, log, result)
     except runtime_interruptions() as exc:
         raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
     if trial.staging_fault is not None and result.error is not None:

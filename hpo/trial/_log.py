@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["LOG_NAME", "trial_log", "log_path"]
+__all__ = ["LOG_NAME", "trial_log", "log_header", "log_path"]
 
 LOG_NAME = "output.log"
 
@@ -35,14 +35,16 @@ def log_path(checkpoint_dir: str | Path) -> Path:
 
 
 @contextmanager
-def trial_log(checkpoint_dir: str | Path, header: str) -> Iterator[TextIO]:
+def trial_log(checkpoint_dir: str | Path, header: str | None = None) -> Iterator[TextIO]:
     """Copy this thread's writes to ``sys.stdout``/``sys.stderr`` into the
-    trial's log while the block runs; yields the log (for the traceback)."""
+    trial's log while the block runs; yields the log (for the traceback).
+    Its header line comes first: ``header``, or :func:`log_header` once the
+    caller knows it (nothing is written meanwhile)."""
     path = log_path(checkpoint_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     with open(path, "a", buffering=1, encoding="utf-8", errors="replace") as log:
-        log.write(f"--- {header}, {socket.gethostname()}, {stamp} ---\n")
+        if header is not None:
+            log_header(log, header)
         with _lock:
             _install()
             _logs[threading.get_ident()] = log
@@ -51,6 +53,12 @@ def trial_log(checkpoint_dir: str | Path, header: str) -> Iterator[TextIO]:
         finally:
             with _lock:
                 del _logs[threading.get_ident()]
+
+
+def log_header(log: TextIO, header: str) -> None:
+    """The line that opens an attempt's part of the log."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    log.write(f"--- {header}, {socket.gethostname()}, {stamp} ---\n")
 
 
 class _Tee:
