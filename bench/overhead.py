@@ -146,9 +146,8 @@ def run_dask_loop(w: Sleep, client: Client) -> None:
     """What an adaptive search written by hand on Dask does: the next task is
     submitted as each one ends (its result could choose it), with as many
     in flight as hpo keeps for grid search (one running and one queued per slot)."""
-    window = 2 * w.slots
-    futures = as_completed([client.submit(sleep_task, w.t, pure=False) for _ in range(min(window, w.n))])
-    submitted = min(window, w.n)
+    submitted = min(2 * w.slots, w.n)
+    futures = as_completed([client.submit(sleep_task, w.t, pure=False) for _ in range(submitted)])
     for future in futures:
         future.result()
         if submitted < w.n:

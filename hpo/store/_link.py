@@ -167,12 +167,13 @@ class RelayConnection:
         waiter = _Waiter.mine()
         return self._await(self._send(message, waiter), waiter, timeout)
 
-    def ask(self, message: dict[str, Any]) -> Callable[[], dict[str, Any]]:
-        """Send ``message`` now and return what waits for its answer, to be
-        called later by this thread (which may do other work meanwhile, but
-        makes no other request before it). RelayUnreachable when nothing was
-        sent; the answer raises OSError when it never came."""
-        waiter = _Waiter()
+    def ask(self, message: dict[str, Any], later: bool = False) -> Callable[[], dict[str, Any]]:
+        """Send ``message`` now and return what waits for its answer: at once,
+        with the thread's own waiter, or ``later`` (the thread may make other
+        requests before, so the answer waits in a place of its own).
+        RelayUnreachable when nothing was sent; the answer raises OSError
+        when it never came."""
+        waiter = _Waiter() if later else _Waiter.mine()
         sock = self._send(message, waiter)
         return lambda: self._await(sock, waiter, _ANSWER_TIMEOUT_S)
 
@@ -349,7 +350,7 @@ class TrialLink:
         process may prepare (claim cores), never run the objective."""
         message = {"op": "start", "where": where, "now": now, "gpus": gpus,
                    "knows": [len(context["reports"]), len(context["segments"])]}
-        return self._begin(message, lambda: self._start_here(where, now, gpus, context))
+        return self._begin(message, lambda: self._start_here(where, now, gpus, context), later=True)
 
     def report(self, step: int, metrics: dict[str, float], value: float | None) -> Decision:
         """One step's metrics, durable when it returns; the decision that follows."""
@@ -424,15 +425,16 @@ class TrialLink:
             return {"ok": True}
         return self._begin(message, here)()
 
-    def _begin(self, message: dict[str, Any], here: Any) -> Callable[[], dict[str, Any]]:
-        """Send ``message`` to the relay; what returns its answer, made
-        directly when the relay cannot be reached or gave none (``here()``
-        where given: requests are idempotent)."""
+    def _begin(self, message: dict[str, Any], here: Any, later: bool = False) -> Callable[[], dict[str, Any]]:
+        """Send ``message`` to the relay; what returns its answer (read
+        ``later``: see :meth:`RelayConnection.ask`), made directly when the
+        relay cannot be reached or gave none (``here()`` where given:
+        requests are idempotent)."""
         message["trial"], message["run"] = self.trial_id, self.token
         if self.address is not None:
             connection = self._connection()
             try:
-                answer = connection.ask(message)
+                answer = connection.ask(message, later)
             except OSError as exc:  # unreachable: the same writes, directly (below)
                 _say_once(connection, exc)
             else:

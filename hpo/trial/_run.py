@@ -110,17 +110,19 @@ def _run_started(task: TrialTask, link: TrialLink, started: _Started) -> TrialOu
     context: Callable[[], TrialContext] = started.context
     run: RunRecord | None = None
     while True:
+        interruption: TaskInterrupted | None = None
         try:
             with beating(link, task.heartbeat_s):  # its first beat comes after the start, on its connection
                 result = _attempt(task, link.token, context)
-        except TaskInterrupted as interruption:  # cancelled, not timed out
-            run = started.run if run is None else run
+        except TaskInterrupted as interrupted:  # cancelled, not timed out
+            interruption = interrupted
+        run = started.run if run is None else run  # the first attempt's, as the relay began it
+        if interruption is not None:
             _give_up(link, task, _end_record(run, AttemptResult(error={
                 "type": "Cancelled", "message": f"the engine cancelled the running task "
                 f"({interruption.kind})"}), task, suspended=False),
                 f"its task was cancelled ({interruption.kind}) on {run['host']}")
             return TrialOutcome(task.number, TrialStatus.RUNNING)
-        run = started.run if run is None else run  # answered before the objective ran
         if result.halted is not None:
             return _halted(task, result.halted)
         if (result.error or {}).get("errno") in MACHINE_FAULTS or (result.error or {}).get("staging"):
