@@ -10,7 +10,8 @@
   ``_local_stop``: stops asked by a signal; ``_ending``: an objective that
   ends the master's process (the inline engine);
 - ``_clock``: the trial's time, real or simulated (:func:`now`, :meth:`Trial.elapse`);
-- ``_cpus``, ``_log``, ``_objective``, ``_quantum``: cores, the trial's log,
+- ``_cpus``, ``_malloc``, ``_log``, ``_objective``, ``_quantum``: cores, the
+  C allocator's mmap threshold (a Dask worker's fixes it low), the trial's log,
   finding the objective, the time-shared trial's clock and its quantum rule
   (Hermes' convergence: the worker judges itself, the master ranks by it).
 """

@@ -27,6 +27,7 @@ from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
 from hpo.trial._local_stop import tracked_children
 from hpo.trial._log import LOG_NAME, log_header, trial_log
+from hpo.trial._malloc import reuse_large_buffers
 from hpo.trial._objective import resolve_objective
 from hpo.trial._quantum import QuantumClock
 from hpo.trial._reaper import reaping
@@ -111,6 +112,7 @@ def run_here(task: TrialTask, token: str, context: Callable[[], TrialContext]) -
     claimed and its log opened while the answer comes (the log's header,
     its first line, is written only then)."""
     result = AttemptResult()
+    reuse_large_buffers()  # a Dask worker's malloc maps each large buffer anew
     try:
         with pin_cpus(task.cpus) as cores, \
                 reaping(spared=[*tracked_children(), *warm_pids()], own_process=not task.in_master), \
