@@ -24,7 +24,8 @@ from collections.abc import Mapping
 __all__ = ["reuse_large_buffers", "threshold_fixed"]
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
-_CEILING = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)  # glibc's DEFAULT_MMAP_THRESHOLD_MAX
+# glibc's DEFAULT_MMAP_THRESHOLD_MAX: how far its own adjustment goes
+_CEILING = 32 * 1024 * 1024 if ctypes.sizeof(ctypes.c_void_p) == 8 else 512 * 1024
 # What fixes the threshold as a side effect, as variables and as tunables.
 _FIXING = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 _FIXING_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.top_pad", "glibc.malloc.mmap_max")
