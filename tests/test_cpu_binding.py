@@ -12,7 +12,7 @@ import pytest
 import hpo
 from hpo.store import RunDir
 from hpo.store.records import run_of
-from hpo.trial._cpus import bind_cpus
+from hpo.trial._cpus import pin_cpus
 
 needs_two_cores = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 
@@ -26,8 +26,8 @@ def test_concurrent_trials_get_cores_of_their_own_and_give_them_back(tmp_path, m
     holding, release, seen = threading.Barrier(2), threading.Event(), []
 
     def trial():
-        with bind_cpus(1) as binding:
-            seen.append((binding.cores, os.sched_getaffinity(0), os.environ["OMP_NUM_THREADS"]))
+        with pin_cpus(1) as cores:
+            seen.append((cores, os.sched_getaffinity(0), os.environ["OMP_NUM_THREADS"]))
             holding.wait(10)
             release.wait(10)
         seen.append(os.sched_getaffinity(0))
@@ -47,15 +47,15 @@ def test_concurrent_trials_get_cores_of_their_own_and_give_them_back(tmp_path, m
 
 
 def test_a_trial_as_large_as_its_process_is_not_pinned():
-    with bind_cpus(len(os.sched_getaffinity(0))) as binding:
-        assert binding.cores is None
+    with pin_cpus(len(os.sched_getaffinity(0))) as cores:
+        assert cores is None
 
 
 def test_under_compss_the_runtime_binding_is_kept(monkeypatch):
     monkeypatch.setenv("COMPSS_BINDED_CPUS", "3,4")
     before = os.sched_getaffinity(0)
-    with bind_cpus(2) as binding:
-        assert binding.cores == (3, 4) and os.sched_getaffinity(0) == before
+    with pin_cpus(2) as cores:
+        assert cores == (3, 4) and os.sched_getaffinity(0) == before
 
 
 @needs_two_cores

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuBinding", "bind_cpus", "pin_cpus", "limit_threads", "thread_environment"]
+__all__ = ["CpuBinding", "pin_cpus", "limit_threads", "thread_environment"]
 
 # Read when a library starts its thread pool: a child process gets them before
 # it imports anything; a worker process keeps them for its later trials.
@@ -46,14 +46,6 @@ class CpuBinding:
 def thread_environment(cpus: int) -> dict[str, str]:
     """The variables that size the thread pools of a process running ``cpus`` threads."""
     return {name: str(cpus) for name in _THREAD_VARIABLES}
-
-
-@contextlib.contextmanager
-def bind_cpus(cpus: int) -> Iterator[CpuBinding]:
-    """Run the body with ``cpus`` threads and, where this process may use more
-    cores, on ``cpus`` cores of its own (:func:`pin_cpus`, then :func:`limit_threads`)."""
-    with pin_cpus(cpus) as cores, limit_threads(cpus, cores) as binding:
-        yield binding
 
 
 @contextlib.contextmanager

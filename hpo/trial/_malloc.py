@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 from collections.abc import Mapping
 
 __all__ = ["reuse_large_buffers", "threshold_fixed"]
@@ -44,12 +43,12 @@ def threshold_fixed(environ: Mapping[str, str]) -> bool:
 
 def reuse_large_buffers() -> bool:
     """Raise this process's mmap threshold when its environment fixed it
-    (glibc on Linux only; once per process); True when it was raised now."""
+    (glibc only; once per process); True when it was raised now."""
     global _done
     if _done:
         return False
     _done = True
-    if not sys.platform.startswith("linux") or not threshold_fixed(os.environ) or not _glibc():
+    if not threshold_fixed(os.environ) or not _glibc():
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -62,5 +61,5 @@ def reuse_large_buffers() -> bool:
 def _glibc() -> bool:
     try:
         return os.confstr("CS_GNU_LIBC_VERSION") is not None
-    except (ValueError, OSError):  # not a name this C library knows
+    except (ValueError, OSError, AttributeError):  # not a name this C library knows, or no confstr
         return False
