@@ -79,15 +79,16 @@ Flights = MutableMapping[int, InFlight]  # by trial number
 # -- what an earlier run left ------------------------------------------------------
 
 
-def await_live_trials(store: StudyStore, progress: bool) -> None:
+def await_live_trials(store: StudyStore, progress: bool, heard_until: Callable[[], float]) -> None:
     """Trials an earlier master left running may still run somewhere (a Dask
     worker outlives its client): wait until they finish or their heartbeat
-    goes stale, so that no trial ever runs twice at once."""
+    goes stale, so that no trial ever runs twice at once. ``heard_until``:
+    the relay's (:func:`fallen_silent`)."""
     stale_after = SILENT_HEARTBEATS * heartbeat_s()
     told = False
     while True:
         running = [t for t in store.trials(*UNFINISHED_STATES) if status_of(t) is TrialStatus.RUNNING
-                   and not fell_silent(t) and not _gone_from_here(t)]
+                   and not fell_silent(t, heard_until()) and not _gone_from_here(t)]
         if not running:
             return
         if progress and not told:
@@ -177,12 +178,13 @@ def unfinished(store: StudyStore) -> list[optuna.trial.FrozenTrial]:
 # -- while the study runs ----------------------------------------------------------
 
 
-def task_over(store: StudyStore, task: TrialTask) -> bool:
+def task_over(store: StudyStore, task: TrialTask, heard_until: float | None = None) -> bool:
     """Whether the store says ``task`` is over: its trial finished or
     suspended again after a later segment, or it started and fell silent
-    (its worker died: COMPSs ignores the failure)."""
+    (its worker died: COMPSs ignores the failure), judged up to
+    ``heard_until`` (:func:`fallen_silent`; default now)."""
     trial = store.trial(task.trial_id)
-    return task_done(trial, task.after_segment) or fell_silent(trial)
+    return task_done(trial, task.after_segment) or fell_silent(trial, heard_until)
 
 
 def finished(engine: Engine, flights: Flights, timeout: float, settle: Callable[[], None]) -> list[int]:
@@ -197,20 +199,23 @@ def finished(engine: Engine, flights: Flights, timeout: float, settle: Callable[
 
 
 
-def fallen_silent(store: StudyStore, flights: Flights, looked: list[float], now: float) -> list[int]:
+def fallen_silent(store: StudyStore, flights: Flights, looked: list[float], now: float,
+                  heard_until: float) -> list[int]:
     """In-flight trials whose attempt fell silent while the engine still
     holds their task (a worker hung, stopped, or cut off, yet still
     connected): to be given up (``Abandons.abandon``) and resumed elsewhere at
     once; the attempt, should it come back, is fenced off. Looked at once a
     heartbeat, with silence counted from when the master woke if it slept
-    (:func:`hpo.trial.note_awake`). ``now`` is the engine's clock."""
+    (:func:`hpo.trial.note_awake`), and only up to ``heard_until``, the
+    relay's (:meth:`hpo.store.StudyRelay.heard_until`): heartbeats a held-up
+    relay has yet to commit are not silence. ``now`` is the engine's clock."""
     note_awake()
     if now - looked[0] < heartbeat_s():
         return []
     looked[0] = now
     return [number for number, flight in flights.items()
             if status_of(trial := store.trial(flight.trial_id)) is TrialStatus.RUNNING
-            and _started_since(trial, flight.submitted_at) and fell_silent(trial)]
+            and _started_since(trial, flight.submitted_at) and fell_silent(trial, heard_until)]
 
 
 def _started_since(trial: optuna.trial.FrozenTrial, submitted_at: float) -> bool:

@@ -105,8 +105,8 @@ class Controller:
     def _run(self, study: optuna.Study, relay: StudyRelay) -> StudyResult:
         store = self._store = StudyStore.of(study)
         if isinstance(self.engine, FollowsTasks):  # it has no wait-any: it asks the replica
-            self.engine.follow(lambda task: lifecycle.task_over(store, task))
-        lifecycle.await_live_trials(store, self.progress)
+            self.engine.follow(lambda task: lifecycle.task_over(store, task, relay.heard_until()))
+        lifecycle.await_live_trials(store, self.progress, relay.heard_until)
         lifecycle.fail_master_killers(store)
         if (store.stop() or {}).get("reason") == "target":
             return StudyResult.from_store(store, self.spec.metric.name)  # already done
@@ -207,8 +207,8 @@ class Controller:
             wait_s = clock.poll_s if stopping else min(  # woken at the deadline, not after
                 clock.poll_s, max(deadline - clock.now(), 0.001))
             ended = lifecycle.finished(self.engine, self._in_flight, wait_s, self._relay.settle)
-            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, clock.now())
-                      if n not in ended]
+            silent = [n for n in lifecycle.fallen_silent(store, self._in_flight, looked, clock.now(),
+                                                         self._relay.heard_until()) if n not in ended]
             if silent:  # a master that was itself stopped may have lost the study meanwhile
                 self._relay.verify()
             for number in silent:

@@ -258,6 +258,7 @@ class StudyRelay:
         self._stopping = False
         self.broken: BaseException | None = None
         self._looked = self._swept = self._checked = 0.0
+        self._heard = time.time()  # see heard_until
         self._thread = threading.Thread(target=self._serve, name="hpo-study-relay", daemon=True)
 
     # -- the master's side ----------------------------------------------------------
@@ -310,6 +311,15 @@ class StudyRelay:
             raise local.error
         if local.error is not None:
             raise self.stopped() from None
+
+    def heard_until(self) -> float:
+        """The wall-clock time before which every request sent to the relay
+        is in the master's replica, as far as the relay can tell: when its
+        last turn that left nothing unread or held back began reading. A
+        relay held up (a stalled file system, the journal's lock held
+        elsewhere, a starved CPU) has heard nothing since, so the heartbeats
+        it has yet to commit are no worker's silence."""
+        return self._heard
 
     def stopped(self) -> StoreUnavailable:
         """Why nothing more is written, in words a user acts on (exit 75): the
@@ -453,14 +463,17 @@ class StudyRelay:
         held = self._journal is not None and self._appender.held
         wait = self._requests_wait()
         timeout = 0 if (busy or final) else (_IDLE_S if held else _FOREIGN_S) if wait is None else wait
-        for key, mask in self._selector.select(timeout):
+        events = self._selector.select(timeout)
+        reading = time.time()  # whatever was sent before is read in this turn, or left unread
+        unread = False
+        for key, mask in events:
             if key.data is _LISTENER:
                 self._accept(cast(socket.socket, key.fileobj))
             elif key.fileobj is self._wake_r:
                 self._drain_wake()
             else:
                 if mask & selectors.EVENT_READ:
-                    self._receive(key.data)
+                    unread |= self._receive(key.data)
                 if mask & selectors.EVENT_WRITE and key.data.unsent:
                     self._flush(key.data)
         self._drop_silent()
@@ -478,6 +491,8 @@ class StudyRelay:
                 raise
         elif wait is None:  # posted requests waiting for company are not idleness
             self._idle()
+        if not (unread or self._requests):
+            self._heard = reading
         self._flush_all()
         self._run_calls()
 

@@ -38,16 +38,19 @@ def silence_s() -> float:
     return SILENT_HEARTBEATS * heartbeat_s()
 
 
-def fell_silent(trial: optuna.trial.FrozenTrial) -> bool:
+def fell_silent(trial: optuna.trial.FrozenTrial, heard_until: float | None = None) -> bool:
     """Whether a started trial missed ``SILENT_HEARTBEATS`` heartbeats while
     this process was awake to hear them (or was given up): its worker or
-    master is gone, and nothing will finish it."""
+    master is gone, and nothing will finish it. ``heard_until`` (wall
+    clock, default now): the time up to which the store reading it holds
+    every heartbeat sent (the relay's :meth:`~hpo.store.StudyRelay.heard_until`)."""
     if status_of(trial) is not TrialStatus.RUNNING:
         return False
     seen = last_sign_of_life(trial)
     if not seen:  # given up: nothing to wait for
         return True
-    return time.time() - max(seen, _awake.since) >= silence_s()
+    heard = time.time() if heard_until is None else heard_until
+    return heard - max(seen, _awake.since) >= silence_s()
 
 
 class Awake:
