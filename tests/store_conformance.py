@@ -367,6 +367,21 @@ class StoreConformance:
             assert stored.value == newer.value and 1 not in stored.intermediate_values
             assert stored.system_attrs[RUN_ATTR]["attempt"] == 2
 
+    def test_a_decision_on_a_trial_its_attempt_ended_meanwhile_is_moot_not_an_error(self, kit, tmp_path):
+        """The master gives up a trial it judged silent, or notes an event on
+        it, just as its attempt ends it: the end stands, the master goes on."""
+        with kit.serving(tmp_path) as served:
+            ((trial_id, number),) = created_trials(served, 1)
+            task = make_task(served, tmp_path, trial_id, number, objective="hpo.examples.toy:sleep")
+            ended = run_trial(TrialTask(**{**task.__dict__, "config": {"sleep_s": 0}}))
+            assert ended.state is TrialStatus.COMPLETE
+            store = StudyStore(served.storage, STUDY)
+            assert store.record_event(trial_id, "resumed", None, "picked") is False
+            assert store.abandon(trial_id) is False
+            stored = store.trial(trial_id)
+            assert status_of(stored) is TrialStatus.COMPLETE and stored.value == ended.value
+            assert hpo.store.records.last_sign_of_life(stored)  # not given up
+
     def test_the_study_decisions_are_not_the_users_attributes(self, kit, tmp_path):
         """optuna-dashboard lists a study's user attributes: the master's
         decisions are system attributes, and they still reach the trials."""

@@ -194,7 +194,7 @@ class Allocator:
             record.update(predicted_rate=self.oracle.rate(config, gpus, speed),
                           predicted_step_s=self.oracle.step_s(config, gpus, speed),
                           predicted_s=self.oracle.trial_s(config, gpus, speed))
-        self.store.write(candidate.trial_id, f"{ALLOCATION_ATTR}{index:03d}", record)
+        self.store.note(candidate.trial_id, f"{ALLOCATION_ATTR}{index:03d}", record)
         where = f" on {placement.describe()}" if placement else ""
         self.store.record_event(candidate.trial_id, "allocated", None,
                                 f"{shape.describe()}{where}: {start.reason}")

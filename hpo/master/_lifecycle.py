@@ -267,13 +267,13 @@ LOST_TASK_RETRIES = 2
 def resume_lost(store: StudyStore, trial: optuna.trial.FrozenTrial, engine_retries: int) -> bool:
     """A task ended and left its trial RUNNING: its worker died (COMPSs ignores
     the failure) or it gave the trial up. True: resume it from its checkpoint;
-    False: it was lost too often and is now FAILED."""
+    False: it ended, lost too often (now FAILED) or finished by the attempt
+    given up, which went on meanwhile (its end stands)."""
     run = run_of(trial)
     lost = 1 + sum(1 for a in run.get("previous", []) if (a.get("error") or {}).get("type") == "Lost")
     allowed = LOST_TASK_RETRIES + engine_retries
     if lost <= allowed:
-        store.abandon(store.trial_id(trial))  # no heartbeat to wait out
-        return True
+        return store.abandon(store.trial_id(trial))  # no heartbeat to wait out
     store.fail(store.trial_id(trial), {"type": "Lost", "message": (
         f"its task ended without a result {lost} times (a worker lost?); "
         f"{allowed} resumptions allowed (2 + retries.engine)")})
@@ -379,10 +379,7 @@ def _hand_back(store: StudyStore, trial_id: int) -> None:
     """Leave a trial the stop cut short to the next run (a trial that ended
     meanwhile keeps its end)."""
     if status_of(store.trial(trial_id)) is TrialStatus.RUNNING:
-        try:
-            store.abandon(trial_id)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass  # it ended just now: its end stands
+        store.abandon(trial_id)  # one that ended just now keeps its end
 
 
 def stop_suspended(store: StudyStore, trial_ids: list[int], stop: dict[str, Any]) -> None:

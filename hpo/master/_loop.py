@@ -295,6 +295,8 @@ class Controller:
         """Run the next segment of the suspended trial the policy picks."""
         policy = self._policy
         chosen = policy.pick(list(waiting.values()))
+        # One whose attempt, given up as silent, ended it meanwhile is still
+        # handed out: its task is refused at its start, and gathered as ended.
         store.record_event(chosen.trial_id, "resumed", None,
                            why or policy.why(chosen, list(waiting.values())))
         del waiting[chosen.number]

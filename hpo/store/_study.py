@@ -164,15 +164,27 @@ class StudyStore:
         """One ``hpo`` attribute of a trial (records.py), in one write."""
         self.storage.set_trial_system_attr(trial_id, key, value)
 
-    def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> None:
-        """Write one decision on a trial; the master and workers both do."""
-        event = event_record(kind, step, reason, socket.gethostname())
-        self.write(trial_id, event_key(time.time_ns(), os.getpid()), event)
+    def note(self, trial_id: int, key: str, value: Any) -> bool:
+        """Write a decision on a trial its attempt may end at any moment (an
+        event, an allocation, giving it up); False when it ended first: its
+        end stands, and the decision is moot."""
+        try:
+            self.write(trial_id, key, value)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return True
 
-    def abandon(self, trial_id: int) -> None:
+    def record_event(self, trial_id: int, kind: str, step: int | None, reason: str) -> bool:
+        """Write one decision on a trial (the master and workers both do);
+        False when the trial ended first (:meth:`note`)."""
+        event = event_record(kind, step, reason, socket.gethostname())
+        return self.note(trial_id, event_key(time.time_ns(), os.getpid()), event)
+
+    def abandon(self, trial_id: int) -> bool:
         """A master that stops gives a running trial up: the next master resumes
-        it at once instead of waiting for its heartbeat to go stale."""
-        self.write(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
+        it at once instead of waiting for its heartbeat to go stale. False
+        when it ended first (:meth:`note`)."""
+        return self.note(trial_id, HEARTBEAT_ATTR, {"abandoned_at": time.time()})
 
     def finish(self, trial_id: int, status: TrialStatus, value: float | list[float] | None,
                run: RunRecord | None = None) -> bool:
