@@ -95,7 +95,7 @@ from _acked import ACKS_FILE  # noqa: E402
 
 WORKERS = 3
 STEPS, STEP_S = 6, 0.15
-HEARTBEAT_S = 0.5
+HEARTBEAT_S = 1.0  # a silence window (3 s) that a loaded 2-core machine keeps: Dask's own heartbeats there gap 2 s
 MASTER_TIMEOUT_S = 300
 WAKE = {"grid": "early", "random": "late"}  # when the hung master is let go on, by default
 
