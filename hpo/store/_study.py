@@ -213,10 +213,8 @@ class StudyStore:
                   TrialStatus.FAILED)
 
     def _end(self, trial_id: int, key: str, why: Any, status: TrialStatus) -> None:
-        """Write why a trial ended, then end it, unless a worker finished it first."""
-        try:
-            self.write(trial_id, key, why)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            return  # the worker finished it meanwhile: its record wins
-        self.finish(trial_id, status, None)
+        """Write why a trial ended, then end it, unless a worker finished it
+        first: its record wins."""
+        if self.note(trial_id, key, why):
+            self.finish(trial_id, status, None)
 
