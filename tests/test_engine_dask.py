@@ -13,6 +13,7 @@ import hpo
 from hpo.engines import DaskEngine
 from hpo.errors import EngineError
 from hpo.store.records import RUN_ATTR
+from hpo.trial import SILENT_HEARTBEATS
 from conftest import ROOT, stop_processes, toy_space
 from leaks import owned_by_fixture
 
@@ -176,6 +177,7 @@ def test_a_master_stopped_while_it_asks_the_scheduler_takes_no_worker_out(monkey
         return {"tcp://worker": (7.0, 0.0, keys)}
 
     monkeypatch.setattr(engine, "_unheard_holders", unheard)
+    monkeypatch.setattr(engine, "_unanswering", lambda addresses, timeout: addresses)  # stopped
     monkeypatch.setattr(engine, "_take_out", lambda address, message: taken.append(address))
     awake = Awake(looks_every_s=0.01)
     awake.note()  # the look before the question: it had never slept
@@ -188,9 +190,35 @@ def test_a_master_stopped_while_it_asks_the_scheduler_takes_no_worker_out(monkey
     engine._take_out_hung_holders(["k"], awake)
     assert taken == []
     awake.since = time.time() - 3 * silence_s()
-    awake.note()
-    engine._take_out_hung_holders(["k"], awake)
+    for _ in range(SILENT_HEARTBEATS):
+        awake.note()
+        engine._take_out_hung_holders(["k"], awake)
     assert taken == ["tcp://worker"]
+
+
+def test_a_silent_worker_that_answers_when_asked_is_not_taken_out(monkeypatch):
+    """Dask heard nothing from a worker holding an unstarted task for a
+    silence window (its event loop held up, or the scheduler starved): it
+    goes only once it has left SILENT_HEARTBEATS questions in a row
+    unanswered; one answer starts the count again."""
+    from hpo.trial import Awake
+
+    monkeypatch.setenv("HPO_HEARTBEAT_S", "0.01")
+    engine = DaskEngine(scheduler="tcp://127.0.0.1:1")
+    engine.client = type("Client", (), {"status": "running"})()
+    answers = iter([False] * (SILENT_HEARTBEATS - 1) + [True] + [False] * SILENT_HEARTBEATS)
+    taken: list[str] = []
+    monkeypatch.setattr(engine, "_unheard_holders", lambda keys: {"tcp://worker": (7.0, 0.0, keys)})
+    monkeypatch.setattr(engine, "_unanswering",
+                        lambda addresses, timeout: [] if next(answers) else addresses)
+    monkeypatch.setattr(engine, "_take_out", lambda address, message: taken.append(address))
+    awake = Awake(looks_every_s=10.0)
+    looks = 0
+    while not taken:
+        awake.note()
+        engine._take_out_hung_holders(["k"], awake)
+        looks += 1
+    assert looks == 2 * SILENT_HEARTBEATS and taken == ["tcp://worker"]
 
 
 def test_a_scheduler_lost_while_a_silent_worker_is_taken_out_is_the_engines_loss():

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 import hpo
-from hpo.trial import TrialStatus
+from hpo.trial import SILENT_HEARTBEATS, TrialStatus
 from conftest import ROOT, stderr_of, tmpfs, toy_space, wait_for
 
 pytestmark = pytest.mark.leaves_nothing_behind  # no process, thread, port or folder outlives a test
@@ -351,6 +352,39 @@ def test_a_task_handed_to_a_hung_worker_runs_on_another(tmp_path):
     assert study.returncode == 0, said
     assert f"Dask worker {address} stopped answering" in said and "Traceback" not in said, said
     assert_each_once(tmp_path / "runs" / "handed", "quality", QUALITIES[:4])
+
+
+def _runs_one_and_holds_the_next(dask_scheduler) -> bool:
+    return any(len(w.executing) == 1 and len(w.processing) >= 2 for w in dask_scheduler.workers.values())
+
+
+def test_a_worker_held_up_past_a_silence_window_that_then_answers_keeps_its_tasks(tmp_path):
+    """The worker's event loop is held up for longer than a silence window
+    (as an import or a loaded machine holds it) while it holds a trial it
+    has not started: Dask hears nothing from it, yet asked, it answers. It
+    stays in the cluster, and the study completes on it."""
+    from distributed import Client, LocalCluster
+
+    space = toy_space("heldup", "hpo.examples.toy:curve", fixed={"steps": 6, "step_s": 1.0},
+                      space={"quality": QUALITIES[:3]})
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", resources={"CPU": 1}) as cluster:
+        cmd = command(tmp_path, space, tmp_path / "runs", "--engine", "dask",
+                      "--scheduler", cluster.scheduler_address)
+        study = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            with Client(cluster) as client:
+                wait_for(lambda: client.run_on_scheduler(_runs_one_and_holds_the_next), timeout=120,
+                         what="the worker to run a trial and hold the next")
+                # On the worker's event loop: 1.5 windows without a heartbeat or an answer.
+                client.run(time.sleep, 1.5 * SILENT_HEARTBEATS * float(ENV["HPO_HEARTBEAT_S"]))
+            said = stderr_of(study, timeout=120)
+        finally:
+            end(study)
+    assert study.returncode == 0, said
+    assert "stopped answering" not in said and "Traceback" not in said, said
+    assert_each_once(tmp_path / "runs" / "heldup", "quality", QUALITIES[:3])
 
 
 def _reporting_pid(run_dir: Path) -> int | None:

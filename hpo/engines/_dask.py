@@ -87,6 +87,7 @@ class DaskEngine(Engine):
         self._slots = 0
         self._live: dict[str, DaskTask] = {}  # tasks not over yet, by key
         self._moved: set[str] = set()  # keys of tasks whose hung worker was taken out
+        self._unanswered: dict[str, int] = {}  # silent holders' direct questions left unanswered in a row
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
         if scheduler is None:  # the embedded cluster runs on this machine
@@ -322,9 +323,10 @@ class DaskEngine(Engine):
 
     def _take_out_hung_holders(self, keys: list[str], awake: Awake) -> None:
         """Take out of the cluster a worker that holds one of the tasks ``keys`` it
-        never said it started, and that Dask has heard nothing from for a
-        silence window (stopped, swapping, cut off, yet connected): Dask
-        then gives its tasks to other workers. The task's trial, not
+        never said it started, that Dask has heard nothing from for a
+        silence window, and that then leaves ``SILENT_HEARTBEATS`` direct
+        questions in a row unanswered (stopped, swapping, cut off, yet
+        connected): Dask then gives its tasks to other workers. The task's trial, not
         started, has no heartbeat to fall silent, and Dask would wait for
         its worker-ttl (minutes). Silence counts from when this process
         woke, if it slept (an embedded scheduler slept with it), as
@@ -333,6 +335,7 @@ class DaskEngine(Engine):
         made. After a sleep, the silence must last two windows: the
         scheduler and its workers first catch up on what the sleep held up."""
         if not keys or self.client is None or self.client.status != "running":
+            self._unanswered = {}
             return
         try:
             holders = self._unheard_holders(keys)
@@ -343,15 +346,53 @@ class DaskEngine(Engine):
         since = max(awake.note(), awake_since())
         awake_for = time.time() - since
         needed = (2 if since else 1) * silence_s()
-        for address, (unheard_s, enough_s, keys) in holders.items():
-            if min(unheard_s, awake_for) >= max(needed, enough_s):
-                self._moved.update(keys)
+        suspects = {address: held for address, held in holders.items()
+                    if min(held[0], awake_for) >= max(needed, held[1])}
+        # Silence alone is no proof: a worker whose event loop an import held
+        # up, or a scheduler starved by a loaded machine, is silent too, yet
+        # answers when asked. A suspect goes only after SILENT_HEARTBEATS
+        # direct questions in a row, a heartbeat each, that it left unanswered.
+        try:
+            unanswering = self._unanswering(list(suspects), timeout=heartbeat_s())
+        except Exception:  # the scheduler is gone or busy: the next look asks again
+            return
+        if max(awake.note(), awake_since()) != since:  # this process slept while it asked
+            self._unanswered = {}
+            return
+        self._unanswered = {a: self._unanswered.get(a, 0) + 1 for a in unanswering}
+        for address in [a for a, times in self._unanswered.items() if times >= SILENT_HEARTBEATS]:
+            unheard_s, _, keys = suspects[address]
+            self._moved.update(keys)
+            del self._unanswered[address]
+            try:
+                self._take_out(address, f"stopped answering for its trial (Dask heard nothing from "
+                                        f"it for {unheard_s:.0f} s, and it left {SILENT_HEARTBEATS} "
+                                        "questions unanswered); it is taken out of the cluster, and "
+                                        "its trials run elsewhere")
+            except OSError:  # the scheduler went meanwhile: the tasks' futures say so
+                return
+
+    def _unanswering(self, addresses: list[str], timeout: float) -> list[str]:
+        """Those of the workers ``addresses`` that leave the scheduler's
+        direct question (their identity) unanswered for ``timeout`` seconds:
+        one stopped, swapping or cut off (its connection kept) never answers."""
+        if not addresses:
+            return []
+
+        async def on_scheduler(dask_scheduler, addresses: list[str], timeout: float) -> list[str]:
+            import asyncio
+
+            async def answers(address: str) -> bool:
                 try:
-                    self._take_out(address, f"stopped answering for its trial (Dask heard nothing from "
-                                            f"it for {unheard_s:.0f} s); it is taken out of the cluster, "
-                                            "and its trials run elsewhere")
-                except OSError:  # the scheduler went meanwhile: the tasks' futures say so
-                    return
+                    await asyncio.wait_for(dask_scheduler.rpc(address).identity(), timeout)
+                    return True
+                except OSError:  # no answer in time (a TimeoutError), or no connection
+                    return False
+
+            answered = await asyncio.gather(*(answers(address) for address in addresses))
+            return [address for address, yes in zip(addresses, answered) if not yes]
+
+        return self.client.run_on_scheduler(on_scheduler, addresses=addresses, timeout=timeout)
 
     def _unheard_holders(self, keys: list[str]) -> dict[str, tuple[float, float, list[str]]]:
         """The workers holding one of ``keys`` they did not say they started
