@@ -17,7 +17,7 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 TORCH ?= torch==2.13.0
 # The lowest Optuna pyproject.toml allows, and the tests that read and write
 # stores through it: the journal's format and files, the stores' conformance
-# (journal, SQLite, PostgreSQL), the relay (about 3 minutes).
+# (journal, SQLite, PostgreSQL), the relay (about 2 minutes: a test process per class, as make test runs).
 OPTUNA_FLOOR ?= 4.3.0
 FLOOR_DIR    := $(CURDIR)/.optuna-floor
 FLOOR_TESTS  ?= tests/test_journal_format.py tests/test_journal.py tests/test_store.py \
@@ -55,7 +55,7 @@ test-optuna-floor: $(VENV)/.installed
 	rm -rf $(FLOOR_DIR)
 	$(PY) -m pip install --quiet --no-deps --target $(FLOOR_DIR) optuna==$(OPTUNA_FLOOR)
 	PYTHONPATH=$(FLOOR_DIR) $(PY) -c "import optuna; assert optuna.__version__ == '$(OPTUNA_FLOOR)', optuna.__version__"
-	PYTHONPATH=$(FLOOR_DIR) $(PY) -m pytest -q $(FLOOR_TESTS)
+	PYTHONPATH=$(FLOOR_DIR) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(FLOOR_TESTS)
 
 docs: $(VENV)/.installed
 	$(PY) docs/gen_cli.py
