@@ -56,7 +56,7 @@ class StoreKit(abc.ABC):
 
     relayed = True  # writers reach the study's relay (else they append directly)
     has_file = True  # a journal file (torn tails, newer records)
-    reports = 400  # per writer in the concurrency behaviour (6 writers at once)
+    reports = 200  # per writer in the concurrency behaviour (6 writers at once)
 
     @abc.abstractmethod
     def url(self, tmp_path: Path) -> str:

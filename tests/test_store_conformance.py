@@ -65,13 +65,13 @@ class TestJournalRelay(StoreConformance):
     @pytest.fixture
     def kit(self):
         kit = JournalKit()
-        kit.reports = 800  # group commits under load
+        kit.reports = 400  # group commits under load
         return kit
 
 
 class SqliteKit(StoreKit):
     has_file = False
-    reports = 150  # a commit and an fsync per write: about 300 a second on a local disk
+    reports = 60  # a commit and an fsync per write, 6 writers contending for the lock
 
     def url(self, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path}/study.db"
@@ -103,7 +103,7 @@ class TestSqlite(StoreConformance):
 
 class PostgresKit(StoreKit):
     has_file = False
-    reports = 150
+    reports = 60
 
     def __init__(self, server: str) -> None:
         self.server = server

@@ -117,7 +117,7 @@ def test_a_torch_trial_on_a_killed_worker_resumes_from_its_checkpoint(tmp_path):
     from distributed import LocalCluster
 
     space = toy_space("workerloss", TORCH, metric={"name": "val_accuracy", "direction": "maximize"},
-                      fixed={"max_epochs": 40, "channels": 8}, search={"parallel": 1},
+                      fixed={"max_epochs": 16, "channels": 8}, search={"parallel": 1},
                       space={"learning_rate": [0.05]})
     run_dir = tmp_path / "workerloss"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -129,7 +129,7 @@ def test_a_torch_trial_on_a_killed_worker_resumes_from_its_checkpoint(tmp_path):
     (trial,) = hpo.StudyResult.load(run_dir).trials
     assert trial.state is TrialStatus.COMPLETE and trial.attempt == 2
     stored = hpo.store.RunDir(run_dir).load_study().trials[0]
-    assert sorted(stored.intermediate_values) == list(range(40))
+    assert sorted(stored.intermediate_values) == list(range(16))
     log = next((run_dir / "trials").glob("*/output.log")).read_text()
     assert ", from step " in log  # the second attempt went on from the checkpoint
 
