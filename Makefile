@@ -17,7 +17,8 @@ export TF_ENABLE_ONEDNN_OPTS ?= 0
 TORCH ?= torch==2.13.0
 # The lowest Optuna pyproject.toml allows, and the tests that read and write
 # stores through it: the journal's format and files, the stores' conformance
-# (journal, SQLite, PostgreSQL), the relay (about 2 minutes: a test process per class, as make test runs).
+# (journal, SQLite, PostgreSQL), the relay (about 2 minutes, a test process per
+# test class).
 OPTUNA_FLOOR ?= 4.3.0
 FLOOR_DIR    := $(CURDIR)/.optuna-floor
 FLOOR_TESTS  ?= tests/test_journal_format.py tests/test_journal.py tests/test_store.py \

@@ -322,18 +322,19 @@ class DaskEngine(Engine):
                                         awake)
 
     def _take_out_hung_holders(self, keys: list[str], awake: Awake) -> None:
-        """Take out of the cluster a worker that holds one of the tasks ``keys`` it
-        never said it started, that Dask has heard nothing from for a
-        silence window, and that then leaves ``SILENT_HEARTBEATS`` direct
-        questions in a row unanswered (stopped, swapping, cut off, yet
-        connected): Dask then gives its tasks to other workers. The task's trial, not
-        started, has no heartbeat to fall silent, and Dask would wait for
-        its worker-ttl (minutes). Silence counts from when this process
-        woke, if it slept (an embedded scheduler slept with it), as
-        ``awake`` (or the master's loop) tells once the scheduler answered:
-        a process stopped while it asked hears of silences that the stop
-        made. After a sleep, the silence must last two windows: the
-        scheduler and its workers first catch up on what the sleep held up."""
+        """Take out of the cluster a worker that holds one of the tasks
+        ``keys`` it never said it started, that Dask has heard nothing from
+        for a silence window, and that then leaves ``SILENT_HEARTBEATS``
+        direct questions in a row unanswered (stopped, swapping, cut off,
+        yet connected): Dask then gives its tasks to other workers. The
+        task's trial, not started, has no heartbeat to fall silent, and Dask
+        would wait for its worker-ttl (minutes). Silence counts from when
+        this process woke, if it slept (an embedded scheduler slept with
+        it), as ``awake`` (or the master's loop) tells once the scheduler
+        answered: a process stopped while it asked hears of silences that
+        the stop made. After a sleep, the silence must last two windows:
+        the scheduler and its workers first catch up on what the sleep held
+        up."""
         if not keys or self.client is None or self.client.status != "running":
             self._unanswered = {}
             return
@@ -346,8 +347,8 @@ class DaskEngine(Engine):
         since = max(awake.note(), awake_since())
         awake_for = time.time() - since
         needed = (2 if since else 1) * silence_s()
-        suspects = {address: held for address, held in holders.items()
-                    if min(held[0], awake_for) >= max(needed, held[1])}
+        suspects = {address: (unheard_s, held) for address, (unheard_s, enough_s, held) in holders.items()
+                    if min(unheard_s, awake_for) >= max(needed, enough_s)}
         # Silence alone is no proof: a worker whose event loop an import held
         # up, or a scheduler starved by a loaded machine, is silent too, yet
         # answers when asked. A suspect goes only after SILENT_HEARTBEATS
@@ -361,8 +362,8 @@ class DaskEngine(Engine):
             return
         self._unanswered = {a: self._unanswered.get(a, 0) + 1 for a in unanswering}
         for address in [a for a, times in self._unanswered.items() if times >= SILENT_HEARTBEATS]:
-            unheard_s, _, keys = suspects[address]
-            self._moved.update(keys)
+            unheard_s, held = suspects[address]
+            self._moved.update(held)
             del self._unanswered[address]
             try:
                 self._take_out(address, f"stopped answering for its trial (Dask heard nothing from "
