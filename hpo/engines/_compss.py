@@ -24,7 +24,7 @@ from typing import Any
 from hpo.engines._base import Engine
 from hpo.errors import UsageError
 from hpo.machine import node_cores, trials_per_node, visible_gpus
-from hpo.trial import TrialTask
+from hpo.trial import TrialTask, close_warm_processes
 
 __all__ = ["CompssEngine", "under_compss_runtime", "node_memory_gb"]
 
@@ -203,6 +203,11 @@ class CompssEngine(Engine):
         if self._watcher is not None:
             self._watcher.join()
             self._watcher = None
+        if not under_compss_runtime():
+            # Plain python: each task ran at once in this process, the user's,
+            # as the inline engine's do; its trials' warm processes go with the
+            # study. Under runcompss they are the workers', and end with them.
+            close_warm_processes()
 
     @property
     def slots(self) -> int:
