@@ -92,16 +92,30 @@ def _seen(project: Path) -> tuple[dict[int, dict], list[int]]:
     return trials, importers
 
 
-def test_isolated_trials_fork_from_one_process_that_imported_the_objective(project, tmp_path):
-    _assert_forked_from_warm(project, tmp_path, "inline")
+# COMPSs both ways: a program run with plain python (each task runs at once,
+# in the user's process) and under runcompss (the runtime's workers run them).
+ENGINES = ["inline", "dask", "compss-sequential", "compss-runtime"]
 
 
-def test_on_dask_isolated_trials_fork_from_the_workers_warm_processes(project, tmp_path, dask_address):
-    _assert_forked_from_warm(project, tmp_path, "dask", dask_address)
+@pytest.fixture
+def engine(request, dask_address) -> tuple[str, str | None]:
+    """An engine that runs isolated trials from warm processes, and its
+    scheduler. The module's cluster is started ahead of any test: what it
+    starts is not the test's to end."""
+    if request.param == "dask":
+        return "dask", dask_address
+    if request.param.startswith("compss"):
+        runtime = request.getfixturevalue("compss")
+        if request.param == "compss-runtime":
+            runtime.start(nodes=2, cpus_per_node=1)
+        return "compss", None
+    return request.param, None
 
 
-def _assert_forked_from_warm(project: Path, tmp_path: Path, engine: str, scheduler: str | None = None):
-    result = _study(project, tmp_path, engine, scheduler)
+@pytest.mark.parametrize("engine", ENGINES, indirect=True)
+def test_isolated_trials_fork_from_warm_processes_that_imported_the_objective(project, tmp_path, engine):
+    result = _study(project, tmp_path, *engine)
+    engine_name, _ = engine
     assert [t.state for t in result.trials] == [TrialStatus.COMPLETE] * 4
     trials, importers = _seen(project)
     pids = {seen["pid"] for seen in trials.values()}
@@ -114,28 +128,10 @@ def _assert_forked_from_warm(project: Path, tmp_path: Path, engine: str, schedul
     # the worker's directory, nothing a trial before it changed, its own random state.
     assert all(seen["pgid"] == seen["pid"] for seen in trials.values())
     cwds = {seen["cwd"] for seen in trials.values()}
-    assert len(cwds) == 1 and cwds != {"/"} and (engine != "inline" or cwds == {str(tmp_path)})
+    assert len(cwds) == 1 and cwds != {"/"} and (engine_name == "dask" or cwds == {str(tmp_path)})
     assert {seen["leak"] for seen in trials.values()} == {None}
     assert len({seen["draw"] for seen in trials.values()}) == 4
     assert {seen["threads"] for seen in trials.values()} == {"1"}
-
-
-# COMPSs both ways: a program run with plain python (each task runs at once,
-# in the user's process) and under runcompss (the runtime's workers run them).
-ENGINES = ["inline", "dask", "compss-sequential", "compss-runtime"]
-
-
-@pytest.fixture
-def engine(request) -> tuple[str, str | None]:
-    """An engine that runs isolated trials from warm processes, and its scheduler."""
-    if request.param == "dask":
-        return "dask", request.getfixturevalue("dask_address")
-    if request.param.startswith("compss"):
-        runtime = request.getfixturevalue("compss")
-        if request.param == "compss-runtime":
-            runtime.start(nodes=2, cpus_per_node=1)
-        return "compss", None
-    return request.param, None
 
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
