@@ -147,7 +147,7 @@ def test_a_crashed_trial_takes_only_its_own_process_with_it(project, tmp_path, e
     # The warm process that forked the crashed trial outlived it: the later
     # trials found it running (inline, one process forked them all).
     assert [trials[x]["crash_parent_alive"] for x in (2, 3)] == [True, True]
-    assert engine[0] != "inline" or len(importers) == 1
+    assert engine[0] != "inline" or len(set(importers) - {os.getpid()}) == 1  # the master may check it
 
 
 @pytest.mark.parametrize("engine", ENGINES, indirect=True)
