@@ -50,6 +50,12 @@ def probe(config, trial):
     if crashed.exists():  # is the warm process that forked the crashed trial still there?
         seen["crash_parent_alive"] = _alive(json.loads(crashed.read_text())["ppid"])
         (OUT / f"trial-{x}.json").write_text(json.dumps(seen))
+    if config.get("side_by_side"):  # a trial waits until that many trials have started
+        started = OUT / f"started-{x}"
+        started.write_text("")
+        deadline = time.monotonic() + 120
+        while len(list(OUT.glob("started-*"))) < config["side_by_side"] and time.monotonic() < deadline:
+            time.sleep(0.02)
     if x == config.get("hang"):
         sleeper = subprocess.Popen(["sleep", "600"], start_new_session=True)  # left behind: ended with it
         (OUT / f"sleeper-{x}").write_text(str(sleeper.pid))
@@ -175,6 +181,39 @@ def _ends(pid: int, within_s: float = 60.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+@pytest.fixture
+def two_slot_worker(tmp_path):
+    """A Dask cluster of one worker process with two threads (two slots)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address=":0", resources={"CPU": 2}) as cluster:
+        yield cluster.scheduler_address
+
+
+@pytest.mark.parametrize("where", ["dask", "compss-runtime"])
+def test_trials_side_by_side_on_one_worker_fork_from_one_warm_process(project, tmp_path, where, request):
+    if where == "dask":
+        engine, scheduler = "dask", request.getfixturevalue("two_slot_worker")
+    else:
+        request.getfixturevalue("compss").start(nodes=1, cpus_per_node=2)
+        engine, scheduler = "compss", None
+    space = toy_space("warm", "warm_probe:probe", search={"parallel": 2},
+                      resources={"time_limit_s": 300}, fixed={"side_by_side": 2},
+                      space={"x": [0, 1, 2, 3]})
+    (project / "space.json").write_text(json.dumps(space))
+    result = hpo.run(str(project / "space.json"), engine=engine, scheduler=scheduler,
+                     runs_dir=tmp_path / "runs", progress=False)
+    # The first two trials waited for each other, so ran side by side on the
+    # worker's two slots: one warm process forked all four (the second slot
+    # paid no fresh start of its own).
+    assert result.counts["COMPLETE"] == 4
+    trials, importers = _seen(project)
+    assert len({seen["pid"] for seen in trials.values()}) == 4
+    assert len({seen["ppid"] for seen in trials.values()}) == 1
+    assert set(importers) - {os.getpid()} == {trials[0]["ppid"]}
 
 
 def test_without_warm_processes_each_trial_imports_its_objective(project, tmp_path, monkeypatch):

@@ -73,6 +73,6 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--warm"]:  # a warm process, forking trials' processes (hpo.trial._warm)
         from hpo.trial._warm import serve_warm
 
-        serve_warm(int(sys.argv[2]), int(sys.argv[3]), main)
+        serve_warm(int(sys.argv[2]), main)
     else:
         main(*sys.argv[1:3])

@@ -11,14 +11,18 @@ before CUDA is initialised, and runs ``hpo.trial._child`` as a fresh
 process would. The warm process itself never runs a trial, so nothing a
 trial does (a CUDA error, threads left running, a changed directory,
 imported state) reaches the next one: each trial's process is used once.
+One warm process forks the trials of every slot of its worker, side by
+side (packed GPU trials included): they share its imports' memory, and
+only the worker's first such trial pays a fresh start.
 
 A warm process is only kept when forking it is safe: one thread, and no
 GPU driver initialised (a module that touches the GPU at import). Otherwise,
 or with ``HPO_WARM_START=0``, trials start a fresh Python as before.
 
-The protocol is JSON lines on two pipes: the worker sends a trial's files,
-environment and directory; the warm process answers the trial's pid, then
-its exit status.
+The protocol is JSON: the worker sends a trial's files, environment and
+directory on a socket, with the write end of a pipe of the trial's own;
+the warm process answers on that pipe the trial's pid, and later its exit
+status.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -45,8 +50,8 @@ __all__ = ["WarmChild", "WarmProcess", "start_warm", "close_warm_processes", "wa
 #: Idle warm processes a worker keeps at most (each holds its imports' memory).
 MAX_IDLE = 4
 
-_idle: dict[tuple, list[WarmProcess]] = {}
-_busy: set[WarmProcess] = set()
+_warm: dict[tuple, WarmProcess] = {}  # per objective (and what its imports fixed), the one serving it
+_open: set[WarmProcess] = set()  # every one not closed yet, serving or closing
 _refused: set[tuple] = set()  # objectives whose warm process could not serve: not tried again
 _lock = threading.Lock()
 
@@ -62,8 +67,9 @@ def preload_modules() -> list[str]:
 
 
 def start_warm(objective: Any, env: dict[str, str], task_file: str, result_file: str) -> WarmChild | None:
-    """Fork the trial's process from a warm process for ``objective`` (one
-    started now if none is idle), with ``env`` and this directory; None when
+    """Fork the trial's process from this worker's warm process for
+    ``objective`` (started now if none serves it yet; it may be forking the
+    worker's other trials meanwhile), with ``env`` and this directory; None when
     warm processes are off or cannot be used here (the caller starts a fresh
     Python)."""
     if not warm_enabled() or not hasattr(os, "pidfd_open"):
@@ -71,35 +77,45 @@ def start_warm(objective: Any, env: dict[str, str], task_file: str, result_file:
     key = _key(objective, env)
     if key in _refused:
         return None
-    warm = _take(key) or WarmProcess.start(key, _objective_name(objective), env)
-    if warm is None:
-        return None
-    with _lock:
-        _busy.add(warm)
+    with _starting:  # two slots' first trials at once start one warm process
+        warm = _serving(key)
+        if warm is None:
+            warm = WarmProcess.start(key, _objective_name(objective), env)
+            if warm is None:
+                return None
+            with _lock:
+                _warm[key] = warm
+                extra = _extra_idle()
+            for process in extra:
+                process.close_when_idle()
     child = warm.fork(task_file, result_file, env)
     if child is None:  # it died meanwhile: not kept
         with _lock:
-            _busy.discard(warm)
+            if _warm.get(key) is warm:
+                del _warm[key]
         warm.close()
         return None
-    child.on_exit = lambda: _give_back(key, warm)
     return child
 
 
+_starting = threading.Lock()
+
+
 def warm_pids() -> list[int]:
-    """This process's warm processes (its trials' reaping spares them)."""
+    """This process's warm processes, those closing included (its trials'
+    reaping spares them)."""
     with _lock:
-        return [w.pid for w in (*_busy, *(w for ws in _idle.values() for w in ws))]
+        return [w.pid for w in _open]
 
 
 def close_warm_processes() -> None:
     """End this process's idle warm processes (the inline engine's master, at
-    its study's end); busy ones end once their trial is over."""
+    its study's end); busy ones end once their last trial is over."""
     with _lock:
-        idle = [w for ws in _idle.values() for w in ws]
-        _idle.clear()
-    for warm in idle:
-        warm.close()
+        warm = list(_warm.values())
+        _warm.clear()
+    for process in warm:
+        process.close_when_idle()
 
 
 def _refuse(key: tuple, why: str) -> None:
@@ -124,56 +140,61 @@ def _objective_name(objective: Any) -> str | None:
     return None if module in (None, "__main__") else module
 
 
-def _take(key: tuple) -> WarmProcess | None:
+def _serving(key: tuple) -> WarmProcess | None:
+    """The live warm process for ``key``; a dead one is let go."""
     with _lock:
-        waiting = _idle.get(key, [])
-        while waiting:
-            warm = waiting.pop()
-            if warm.alive():
-                return warm
-            warm.close()
+        warm = _warm.get(key)
+        if warm is None or warm.alive():
+            return warm
+        del _warm[key]
+    warm.close()
     return None
 
 
-def _give_back(key: tuple, warm: WarmProcess) -> None:
-    with _lock:
-        _busy.discard(warm)
-        if warm.alive() and sum(len(ws) for ws in _idle.values()) < MAX_IDLE:
-            _idle.setdefault(key, []).append(warm)
-            return
-    warm.close()
+def _extra_idle() -> list[WarmProcess]:
+    """Those beyond MAX_IDLE idle warm processes (other objectives'), the
+    oldest, let go for the caller to close (called holding ``_lock``)."""
+    idle = [k for k, w in _warm.items() if not w.children]
+    return [_warm.pop(key) for key in idle[:max(0, len(idle) - MAX_IDLE)]]
 
 
 class WarmProcess:
-    """One warm process, from the worker's side."""
+    """One warm process, from the worker's side: requests go over a socket,
+    each with the write end of a pipe on which that trial's answers come
+    (its pid, then its exit status), so each trial's thread waits on its own."""
 
-    def __init__(self, proc: subprocess.Popen, requests: int, answers: int) -> None:
+    def __init__(self, proc: subprocess.Popen, channel: socket.socket) -> None:
         self.proc, self.pid = proc, proc.pid
-        self._requests, self._answers = requests, answers
-        self._buffer = b""
+        self._channel = channel
+        self._sending = threading.Lock()
+        self.children = 0  # its trials' processes not yet waited for
+        self._closing = False
 
     @classmethod
     def start(cls, key: tuple, objective: str | None, env: dict[str, str]) -> WarmProcess | None:
         """A new warm process, once it imported what it preloads; None if it
         cannot serve (forking it would be unsafe, or it did not start)."""
-        to_warm, requests = os.pipe()
-        answers, from_warm = os.pipe()
-        command = [sys.executable, "-m", "hpo.trial._child", "--warm", str(to_warm), str(from_warm)]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-m", "hpo.trial._child", "--warm", str(theirs.fileno())]
         spec = {"objective": objective, "preload": preload_modules()}
         try:
             # A session of its own: a Ctrl-C at the terminal is for the trials, not
-            # for it; it leaves when the worker closes its end of the requests.
-            proc = subprocess.Popen(command, env=env, pass_fds=(to_warm, from_warm),
-                                    start_new_session=True)
+            # for it; it leaves when the worker closes its end of the socket.
+            proc = subprocess.Popen(command, env=env, pass_fds=(theirs.fileno(),), start_new_session=True)
         except OSError:
-            os.close(requests)
-            os.close(answers)
+            ours.close()
             return None
         finally:
-            os.close(to_warm)
-            os.close(from_warm)
-        warm = cls(proc, requests, answers)
-        answer = warm._receive() if warm._send(spec) else None
+            theirs.close()
+        warm = cls(proc, ours)
+        with _lock:
+            _open.add(warm)
+        answer = None
+        try:
+            ours.sendall(json.dumps(spec).encode())
+            answer = json.loads(ours.recv(65536) or b"null")
+        except OSError:
+            pass
         if not (answer or {}).get("ready"):
             warm.close()
             _refuse(key, (answer or {}).get("why") or "the warm process did not start")
@@ -185,59 +206,63 @@ class WarmProcess:
 
     def fork(self, task_file: str, result_file: str, env: dict[str, str]) -> WarmChild | None:
         request = {"task": task_file, "result": result_file, "env": env, "cwd": os.getcwd()}
-        if not self._send(request):
-            return None
-        answer = self._receive()
+        answers, theirs = os.pipe()
+        with self._sending:
+            self.children += 1  # counted from now: not closed while it forks
+            try:
+                socket.send_fds(self._channel, [json.dumps(request).encode()], [theirs])
+                sent = True
+            except OSError:
+                sent = False
+            finally:
+                os.close(theirs)
+        child = WarmChild(self, answers)
+        answer = child.answer(None) if sent else None
         if not answer or "pid" not in answer:
+            child.close()
             return None
-        return WarmChild(self, int(answer["pid"]))
+        child.pid = int(answer["pid"])
+        return child
+
+    def ended(self) -> None:
+        """One of its trials' processes was waited for."""
+        with self._sending:
+            self.children -= 1
+            last = self._closing and not self.children
+        if last:
+            self.close()
+
+    def close_when_idle(self) -> None:
+        """End it now if no trial of its runs, else once its last one ends."""
+        with self._sending:
+            self._closing = True
+            busy = self.children > 0
+        if not busy:
+            self.close()
 
     def close(self) -> None:
-        """End it: its end of the requests closes, and it leaves."""
-        for fd in (self._requests, self._answers):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._requests = self._answers = -1
+        """End it: its end of the socket closes, and it leaves."""
+        with _lock:
+            _open.discard(self)
+        self._channel.close()
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
 
-    def _send(self, message: dict[str, Any]) -> bool:
-        try:
-            os.write(self._requests, json.dumps(message).encode() + b"\n")
-            return True
-        except OSError:
-            return False
-
-    def _receive(self, timeout: float | None = None) -> dict[str, Any] | None:
-        """The next answer; None at end of file, or after ``timeout`` s."""
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([self._answers], [], [], timeout)
-            if not ready:
-                return None
-            try:
-                chunk = os.read(self._answers, 65536)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
 
 class WarmChild:
     """A trial's process forked by a warm process, waited for as a
-    :class:`subprocess.Popen` is (its exit status comes from its parent)."""
+    :class:`subprocess.Popen` is (its exit status comes from its parent, on
+    the trial's own pipe: a select, which the runtime's exception in this
+    thread interrupts at once)."""
 
-    def __init__(self, warm: WarmProcess, pid: int) -> None:
-        self.warm, self.pid = warm, pid
+    def __init__(self, warm: WarmProcess, answers: int) -> None:
+        self.warm, self.pid = warm, -1
         self.returncode: int | None = None
-        self.on_exit: Callable[[], None] = lambda: None
+        self._answers = answers
+        self._buffer = b""
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -251,41 +276,73 @@ class WarmChild:
             raise subprocess.TimeoutExpired(f"trial process {self.pid}", timeout or 0)
         return self.returncode
 
+    def answer(self, timeout: float | None) -> dict[str, Any] | None:
+        """The next answer about this trial; ``{}`` once its warm process is
+        gone without one, None after ``timeout`` s."""
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._answers], [], [], timeout)
+            if not ready:
+                return None
+            try:
+                chunk = os.read(self._answers, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return {}
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._answers >= 0:
+            os.close(self._answers)
+            self._answers = -1
+            self.warm.ended()
+
     def _collect(self, timeout: float | None) -> None:
-        answer = self.warm._receive(timeout)
-        if answer is None and not self.warm.alive():
-            # The warm process died (killed with the trial's): its child is
-            # reaped by whoever adopted it; its exit status is lost.
-            answer = {"exit": -signal.SIGKILL}
-        if answer is not None and "exit" in answer:
-            self.returncode = int(answer["exit"])
-            self.on_exit()
+        answer = self.answer(timeout)
+        if answer is None:
+            return
+        # No status: the warm process died (killed with the trial's), and its
+        # child is reaped by whoever adopted it; its exit status is lost.
+        self.returncode = int(answer.get("exit", -signal.SIGKILL))
+        self.close()
 
 
 # -- inside the warm process ---------------------------------------------------------
 
 
-def serve_warm(requests: int, answers: int, run_child: Callable[[str, str], None]) -> None:
+def serve_warm(channel_fd: int, run_child: Callable[[str, str], None]) -> None:
     """The warm process: import, say whether it can serve, then fork a
-    trial's process per request until the worker closes its end."""
-    spec = json.loads(_read_line(requests) or b"{}")
+    trial's process per request, side by side, until the worker closes its
+    end; each trial's pid and exit status go on the pipe its request came with."""
+    channel = socket.socket(fileno=channel_fd)
+    spec = json.loads(channel.recv(65536) or b"{}")
     why = _preload(spec.get("objective"), spec.get("preload") or [])
-    _answer(answers, {"ready": why is None, "why": why})
+    channel.sendall(json.dumps({"ready": why is None, "why": why}).encode())
     if why is not None:
         return
+    children: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, its answers' pipe)
     while True:
-        line = _read_line(requests)
-        if not line:
-            return  # the worker is gone, or it closed this warm process
-        request = json.loads(line)
+        ready, _, _ = select.select([channel_fd, *children], [], [])
+        for pidfd in [fd for fd in ready if fd in children]:
+            pid, answers = children.pop(pidfd)
+            os.close(pidfd)
+            _, status = os.waitpid(pid, 0)
+            _answer(answers, {"exit": os.waitstatus_to_exitcode(status)})
+            os.close(answers)
+        if channel_fd not in ready:
+            continue
+        message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 1)
+        if not message or not fds:
+            return  # the worker went (its trials find themselves orphaned and suspend), or closed it
+        request, answers = json.loads(message), fds[0]
+        held = [channel_fd, *children, *(a for _, a in children.values())]
         pid = os.fork()
         if pid == 0:
-            _become_trial(request, (requests, answers), run_child)
+            _become_trial(request, (*held, answers), run_child)
+        children[os.pidfd_open(pid)] = (pid, answers)
         _answer(answers, {"pid": pid})
-        code = _wait_child(pid, requests)
-        if code is None:
-            return  # the worker went first: its trial finds itself orphaned and suspends
-        _answer(answers, {"exit": code})
 
 
 def _preload(objective: str | None, modules: list[str]) -> str | None:
@@ -330,12 +387,12 @@ def _gpu_opened() -> bool:
     return False
 
 
-def _become_trial(request: dict[str, Any], pipes: tuple[int, int],
+def _become_trial(request: dict[str, Any], inherited: tuple[int, ...],
                   run_child: Callable[[str, str], None]) -> None:
     """In the fork: the trial's process. Never returns."""
     code = 1
     try:
-        for fd in pipes:
+        for fd in inherited:  # the warm process's socket and its other trials' fds
             os.close(fd)
         os.setsid()  # its own process group, as a fresh trial process has
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -369,33 +426,6 @@ def _reseed() -> None:
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "seed"):
         torch.seed()
-
-
-def _wait_child(pid: int, requests: int) -> int | None:
-    """The child's exit status (as Popen's returncode), or None when the
-    worker closed its end first."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        while True:
-            ready, _, _ = select.select([pidfd, requests], [], [])
-            if pidfd in ready:
-                _, status = os.waitpid(pid, 0)
-                return os.waitstatus_to_exitcode(status)
-            if not os.read(requests, 1):  # nothing else is sent while a trial runs
-                return None
-    finally:
-        os.close(pidfd)
-
-
-def _read_line(fd: int) -> bytes:
-    """One request (the worker sends the next only after this one's answers)."""
-    line = b""
-    while not line.endswith(b"\n"):
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b""
-        line += chunk
-    return line
 
 
 def _answer(answers: int, message: dict[str, Any]) -> None:
