@@ -54,6 +54,7 @@ _warm: dict[tuple, WarmProcess] = {}  # per objective (and what its imports fixe
 _open: set[WarmProcess] = set()  # every one not closed yet, serving or closing
 _refused: set[tuple] = set()  # objectives whose warm process could not serve: not tried again
 _lock = threading.Lock()
+_starting = threading.Lock()  # held while a warm process starts, so that one starts per objective
 
 
 def warm_enabled() -> bool:
@@ -89,16 +90,13 @@ def start_warm(objective: Any, env: dict[str, str], task_file: str, result_file:
             for process in extra:
                 process.close_when_idle()
     child = warm.fork(task_file, result_file, env)
-    if child is None:  # it died meanwhile: not kept
+    if child is None:  # it died meanwhile, or could not take the request: given no more trials
         with _lock:
             if _warm.get(key) is warm:
                 del _warm[key]
-        warm.close()
+        warm.close_when_idle()  # the worker's other trials may still run from it
         return None
     return child
-
-
-_starting = threading.Lock()
 
 
 def warm_pids() -> list[int]:
@@ -166,7 +164,7 @@ class WarmProcess:
     def __init__(self, proc: subprocess.Popen, channel: socket.socket) -> None:
         self.proc, self.pid = proc, proc.pid
         self._channel = channel
-        self._sending = threading.Lock()
+        self._lock = threading.Lock()  # its sends, and the count and closing below
         self.children = 0  # its trials' processes not yet waited for
         self._closing = False
 
@@ -207,7 +205,7 @@ class WarmProcess:
     def fork(self, task_file: str, result_file: str, env: dict[str, str]) -> WarmChild | None:
         request = {"task": task_file, "result": result_file, "env": env, "cwd": os.getcwd()}
         answers, theirs = os.pipe()
-        with self._sending:
+        with self._lock:
             self.children += 1  # counted from now: not closed while it forks
             try:
                 socket.send_fds(self._channel, [json.dumps(request).encode()], [theirs])
@@ -226,7 +224,7 @@ class WarmProcess:
 
     def ended(self) -> None:
         """One of its trials' processes was waited for."""
-        with self._sending:
+        with self._lock:
             self.children -= 1
             last = self._closing and not self.children
         if last:
@@ -234,7 +232,7 @@ class WarmProcess:
 
     def close_when_idle(self) -> None:
         """End it now if no trial of its runs, else once its last one ends."""
-        with self._sending:
+        with self._lock:
             self._closing = True
             busy = self.children > 0
         if not busy:
