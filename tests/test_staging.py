@@ -200,6 +200,24 @@ def test_concurrent_trials_of_a_node_wait_for_one_copy(dataset, tmp_path):
     assert tree_bytes(Path(paths.pop())) == tree_bytes(dataset)
 
 
+def test_a_copy_is_in_the_log_before_its_marker_makes_it_current(dataset, tmp_path, monkeypatch):
+    """A trial that finds the marker (without the lock) while the copier is
+    still at work reads the log and finds the copy there."""
+    import hpo.data._stage as stage_module
+
+    folder = node_folder(str(tmp_path / "node"), "order")
+    logged_when_marked = []
+    real_write_marker = stage_module.write_marker
+
+    def write_marker(*args, **kwargs):
+        logged_when_marked.append([entry["copy"] for entry in _copies(folder)])
+        return real_write_marker(*args, **kwargs)
+
+    monkeypatch.setattr(stage_module, "write_marker", write_marker)
+    stage("ds", dataset, folder)
+    assert logged_when_marked == [[".ds.copy-1"]]
+
+
 _STALLING_COPIER = """
 import builtins, sys, time
 from pathlib import Path

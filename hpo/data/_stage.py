@@ -7,7 +7,7 @@ On the node, under ``<stage_to>/hpo-<study>/``::
     .<name>.staged           its marker: what it was copied from, and which copy (written last)
     .<name>.lock             the node's lock for the item (flock)
     .<name>.tmp-<host>-<pid> a copy being made (a dead copier's is removed)
-    staged.log               a line per copy made on this node
+    staged.log               a line per copy made on this node (before its marker)
 
 A trial that finds a current marker uses the copy it names without locking.
 Otherwise it takes the item's lock (``flock``: the kernel drops it with a
@@ -184,9 +184,6 @@ def _replace(folder: Path, name: str, source: Path, state: SourceState) -> Lease
         sweep_unlocked(folder, name)  # the copy replaced, if no trial reads it
     seconds = time.monotonic() - progress.started
     progress.say(f"staged in {seconds:.1f} s ({progress.rate()}): {leased.copy / source.name}")
-    _log(folder, {"name": name, "copy": leased.copy.name, "source": str(source), "bytes": state.bytes,
-                  "files": state.files, "seconds": round(seconds, 3), "host": socket.gethostname(),
-                  "pid": os.getpid(), "at": time.time()})
     return leased
 
 
@@ -204,6 +201,11 @@ def _copy_beside(folder: Path, name: str, source: Path, state: SourceState,
         os.rename(temporary, folder / copy)
         point_link(folder, name, copy)
         fsync_folder(folder)
+        # Logged before it is marked: a trial that finds it current, without
+        # the lock, finds it in the log too.
+        _log(folder, {"name": name, "copy": copy, "source": str(source), "bytes": state.bytes,
+                      "files": state.files, "seconds": round(time.monotonic() - progress.started, 3),
+                      "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
         write_marker(folder / f".{name}.staged", state, copy, host=socket.gethostname(), pid=os.getpid())
         return leased
     except OSError as exc:
