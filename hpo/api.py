@@ -18,7 +18,7 @@ from hpo.master import Controller, nothing_left
 from hpo.results import StudyResult
 from hpo.space import StudySpec, load_spec, parse_spec
 from hpo.store import RunDir, check_storage_url
-from hpo.trial import Objective, preflight, reference_of, resolve_objective
+from hpo.trial import Objective, preflight, reference_of, refuse_trials_while_importing, resolve_objective
 
 __all__ = ["run", "prepare"]
 
@@ -114,6 +114,7 @@ def run(
     >>> result.best.params
     {'x': 2}
     """
+    refuse_trials_while_importing("a study (hpo.run)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress line says enough
     if workers is not None and workers < 1:  # 0 would read as "the default"
         raise UsageError(f"workers={workers!r}: expected an integer >= 1.\n"

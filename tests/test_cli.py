@@ -297,6 +297,60 @@ def test_study_where_every_trial_fails_exits_1_with_the_reason(tmp_path):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+# A study started at the top level of the objective's module, no main guard:
+# every process that imports the module would start it again. The depth
+# bounds the test should hpo not refuse it.
+LOOPING = """
+import os, sys
+import hpo
+
+def objective(config, trial):
+    return {"value": float(config["x"])}
+
+_depth = int(os.environ.get("LOOPING_DEPTH", "0"))
+os.environ["LOOPING_DEPTH"] = str(_depth + 1)
+_main = getattr(sys.modules["__main__"], "__spec__", None)
+_in_trial = _main is not None and _main.name == "hpo.trial._child"
+if _depth < 3 and (_in_trial or not os.environ.get("LOOPING_ONLY_IN_TRIALS")):
+    hpo.run(os.environ["LOOPING_SPACE"], engine="inline", runs_dir=os.environ["LOOPING_RUNS"],
+            progress=False)
+"""
+
+
+def _looping_study(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    (tmp_path / "looping.py").write_text(LOOPING)
+    space = tmp_path / "looping.json"
+    space.write_text(json.dumps({"name": "looping", "objective": "looping:objective",
+                                 "metric": {"name": "value"}, "space": {"x": [0, 1]},
+                                 "resources": {"time_limit_s": 60}}))
+    runs = tmp_path / "runs"
+    proc = run("run", space, "--engine", "inline", "--runs-dir", runs, "--quiet",
+               env_extra={"LOOPING_SPACE": str(space), "LOOPING_RUNS": str(runs / "inner"), **env})
+    return proc, runs
+
+
+def test_a_study_started_at_the_objectives_top_level_is_refused_with_the_fix(tmp_path):
+    proc, runs = _looping_study(tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "the top level of the objective's module 'looping'" in proc.stderr
+    assert 'put that code under `if __name__ == "__main__":`' in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not runs.exists()  # refused before anything was recorded
+
+
+def test_a_trials_process_never_starts_the_study_its_module_starts_at_import(tmp_path):
+    """The module starts the study only where a trial's process imports it
+    (a warm process, or the trial forked from it): each trial fails, saying
+    what to change, and no process starts another."""
+    proc, runs = _looping_study(tmp_path, LOOPING_ONLY_IN_TRIALS="1")
+    assert proc.returncode != 0, proc.stdout
+    assert not (runs / "inner").exists()  # the study inside a trial never started
+    trials = json.loads(ok(run("export", runs / "looping", "--format", "json")).stdout)["trials"]
+    assert [t["state"] for t in trials] and {t["state"] for t in trials} == {"FAILED"}
+    for trial in trials:
+        assert "StartedAtImport" in trial["error"] and "if __name__" in trial["error"]
+
+
 def test_missing_data_stops_the_study_once_before_any_trial(tmp_path):
     """The original study's own space without its data: one error, exit 2, nothing recorded."""
     space = tmp_path / "mnist.json"

@@ -28,6 +28,7 @@ from hpo.trial._objective import (
     objective_path,
     preflight,
     reference_of,
+    refuse_trials_while_importing,
     resolve_objective,
 )
 from hpo.trial._pulse import (
@@ -48,7 +49,8 @@ from hpo.trial._warm import close_warm_processes
 TrialState = TrialStatus
 
 __all__ = ["Trial", "TrialStatus", "TrialTask", "TrialOutcome", "run_trial",
-           "open_trial", "resolve_objective", "objective_path", "preflight", "reference_of", "Objective", "heartbeat_s",
+           "open_trial", "resolve_objective", "refuse_trials_while_importing", "objective_path",
+           "preflight", "reference_of", "Objective", "heartbeat_s",
            "fell_silent", "SILENT_HEARTBEATS", "silence_s", "note_awake", "awake_since", "Awake",
            "ended_the_interpreter", "request_suspend", "suspend_requested",
            "stop_grace_s", "LOG_NAME", "log_path", "QuantumRule", "convergence", "milestones_passed",

@@ -6,6 +6,7 @@ import functools
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,27 @@ def pythonpath(folders: Sequence[str]) -> str:
     return os.pathsep.join(dict.fromkeys([*folders, *inherited]))
 
 
+# The objective's module this thread is importing (its top level runs meanwhile).
+_importing = threading.local()
+
+
+class StartedAtImport(UsageError):
+    """A study or a trial started from the top level of the objective's module."""
+
+
+def refuse_trials_while_importing(what: str) -> None:
+    """Raise UsageError when ``what`` (a study, a trial) would start from the
+    top level of an objective's module while hpo imports it: every process
+    that runs a trial imports that module again, and would start it again,
+    without end."""
+    module = getattr(_importing, "module", None)
+    if module is not None:
+        raise StartedAtImport(
+            f"{what} started at the top level of the objective's module {module!r}, while hpo "
+            "imported it: every trial's process imports it again, and would start it again.\n"
+            f'  fix: in {module}, put that code under `if __name__ == "__main__":`')
+
+
 def resolve_objective(ref: str | Objective, source: str = "<objective>",
                       path: Sequence[str] | None = None) -> Objective:
     """The callable behind ``"package.module:function"`` (or ``ref`` itself),
@@ -64,8 +86,12 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>",
         return ref
     add_to_path(objective_path(source) if path is None else path)
     module_name, _, attr = ref.partition(":")
+    outer = getattr(_importing, "module", None)
+    _importing.module = outer or module_name
     try:
         module = importlib.import_module(module_name)
+    except StartedAtImport:
+        raise  # says where and what to change
     except ImportError as exc:
         raise SpaceError(
             source, "$.objective", f"cannot import module {module_name!r} of {ref!r}: {exc}",
@@ -76,6 +102,8 @@ def resolve_objective(ref: str | Objective, source: str = "<objective>",
             source, "$.objective", f"importing module {module_name!r} of {ref!r} raised {_error_text(exc)}",
             f"fix the module; python -c 'import {module_name}' shows the traceback",
         ) from exc
+    finally:
+        _importing.module = outer
     function = getattr(module, attr, None)
     if not callable(function):
         meant = closest(attr, [name for name, value in vars(module).items()

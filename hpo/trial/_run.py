@@ -46,6 +46,7 @@ from hpo.trial._attempt import (
 from hpo.trial._handle import Trial
 from hpo.trial._isolated import run_isolated
 from hpo.trial._local_stop import suspend_requested
+from hpo.trial._objective import refuse_trials_while_importing
 from hpo.trial._pulse import beating
 from hpo.trial._task import TrialOutcome, TrialTask, gpu_total, where
 
@@ -55,6 +56,7 @@ __all__ = ["run_trial", "open_trial"]
 def run_trial(task: TrialTask) -> TrialOutcome:
     """Run one trial, or one segment of it, and record it durably; the
     module-level task of every engine."""
+    refuse_trials_while_importing(f"trial {task.number}")
     link = TrialLink(task.storage, task.trial_id, task.control, master=task.master)
     try:
         started = _Started(link.begin_start(where(task), time.time(), gpu_total(task), task.context),
