@@ -3,26 +3,25 @@
 A 2-worker LocalCluster (one thread each, ``CPU=1``, the scheduler in this
 process, as in bench/overhead.py) runs N sleeps of T seconds, through
 ``hpo.run`` (grid search, the journal store) and through plain Dask
-``client.map``, interleaved. Each sleep notes its first and last line
-(bench/_timed_sleep.py), and Dask's task stream gives each task's start and
-end on its worker, so on each worker, between two trials:
+``client.map``, interleaved. Each sleep notes its first and last line, and
+a worker plugin notes each task's start and end, both on the worker's own
+clock (bench/_timed_sleep.py), so on each worker, between two trials:
 
 - last line -> task end: what runs after the objective returns (hpo: the
   end sent to the relay, the heartbeat stopped, the log closed, the cores
-  released, the processes the trial left listed);
-- task end -> next task start: Dask's hand-over on the worker;
-- task start -> first line: what runs before the objective (hpo: the start
-  sent to the relay and its answer, the cores claimed, the log and the
-  ``Trial`` made, the thread pools limited);
+  released, the processes the trial left listed), and Dask's hand-back of
+  the task's result to the worker's event loop;
+- task end -> next task start: the event loop between the two (it starts
+  the next task in the same turn, when one is waiting on the worker);
+- task start -> first line: Dask's hand-over to its executor thread, and
+  what runs before the objective (hpo: the start sent to the relay and its
+  answer, the cores claimed, the log and the ``Trial`` made, the thread
+  pools limited);
 - the slot's gap: one trial's last line to the next one's first line, the
   sum of the three.
 
 Figures are medians over every pair of consecutive trials of a worker, then
-over the rounds. Dask shifts a task's times on its worker by its estimate
-of that worker's clock offset (a fraction of a millisecond: plain Dask's
-"task start -> first line" may come out below zero); the offset is the
-same for both contenders, so their difference, the last column, does not
-carry it, nor does the slot's gap (read on the worker's clock alone). The
+over the rounds; the last column is hpo's figure less plain Dask's. The
 makespan's excess over the ideal (N * T / 2) is printed beside them: the
 gaps are most of it.
 
@@ -39,7 +38,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,8 +48,8 @@ sys.path.insert(0, str(BENCH))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
                                                          os.environ.get("PYTHONPATH")]))
 
-from _timed_sleep import sleep_noted  # noqa: E402
-from distributed import Client, LocalCluster, get_task_stream  # noqa: E402
+from _timed_sleep import TaskSpans, sleep_noted, taken_spans  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
 
 import hpo  # noqa: E402
 
@@ -61,42 +59,37 @@ PARTS = ("last line -> task end", "task end -> next task start", "task start -> 
 Span = tuple[float, float]
 
 
-def run_hpo(client: Client, address: str, n: int, seconds: float, out: Path) -> None:
+def run_hpo(client: Client, n: int, seconds: float, out: Path) -> None:
     space = {
         "name": f"gaps-{time.monotonic_ns()}", "objective": "_timed_sleep:objective",
         "metric": {"name": "value"}, "search": {"algorithm": "grid", "parallel": SLOTS},
         "fixed": {"sleep_s": seconds, "out": str(out)},
         "space": {"x": {"type": "int", "low": 0, "high": n - 1}},
     }
-    result = hpo.run(space, engine="dask", scheduler=address, runs_dir=out.parent, progress=False)
+    result = hpo.run(space, engine="dask", scheduler=client.scheduler.address, runs_dir=out.parent,
+                     progress=False)
     if result.counts["COMPLETE"] != n:
         raise RuntimeError(f"hpo completed {result.counts}")
 
 
-def run_dask(client: Client, address: str, n: int, seconds: float, out: Path) -> None:
+def run_dask(client: Client, n: int, seconds: float, out: Path) -> None:
     client.gather(client.map(sleep_noted, [seconds] * n, [str(out)] * n, pure=False))
 
 
-def measure(run: Callable[..., None], client: Client, address: str, n: int,
-            seconds: float) -> tuple[dict[str, float], float]:
+def measure(run: Callable[..., None], client: Client, n: int, seconds: float) -> tuple[dict[str, float], float]:
     """One round: the median of each part (ms), and the makespan (s)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "notes"
         out.mkdir()
-        with get_task_stream(client) as stream:
-            began = time.perf_counter()
-            run(client, address, n, seconds, out)
-            makespan = time.perf_counter() - began
+        client.run(taken_spans)  # what ran before this round
+        began = time.perf_counter()
+        run(client, n, seconds, out)
+        makespan = time.perf_counter() - began
         pids = client.run(os.getpid)
-        lines = {pid: sorted(_spans(out / f"{pid}.txt")) for pid in pids.values()}
-        tasks: dict[str, list[Span]] = defaultdict(list)
-        for task in stream.data:
-            compute = [s for s in task["startstops"] if s["action"] == "compute"]
-            if task.get("status") == "OK" and compute:
-                tasks[task["worker"]].append((compute[0]["start"], compute[0]["stop"]))
         parts: dict[str, list[float]] = {part: [] for part in PARTS}
-        for worker, spans in tasks.items():
-            for part, values in _parts(sorted(spans), lines[pids[worker]]).items():
+        for worker, spans in client.run(taken_spans).items():
+            lines = sorted(_spans(out / f"{pids[worker]}.txt"))
+            for part, values in _parts(sorted(spans), lines).items():
                 parts[part] += values
     return {part: 1000 * statistics.median(v) for part, v in parts.items() if v}, makespan
 
@@ -109,18 +102,13 @@ def _spans(notes: Path) -> list[Span]:
 
 def _parts(tasks: list[Span], lines: list[Span]) -> dict[str, list[float]]:
     """The parts between consecutive trials of one worker: each objective
-    matched to the task that started nearest before its first line (Dask
-    shifts a worker's times by its estimate of the worker's clock offset:
-    a fraction of a millisecond, which the slot's gap, read on the worker's
-    own clock alone, does not depend on)."""
+    matched to the task whose span holds its first line."""
     starts = [start for start, _ in tasks]
     matched = []
     for first, last in lines:
-        at = bisect.bisect_right(starts, first)
-        nearest = min((i for i in (at - 1, at) if 0 <= i < len(tasks)),
-                      key=lambda i: abs(starts[i] - first), default=None)
-        if nearest is not None:
-            matched.append((tasks[nearest], (first, last)))
+        at = bisect.bisect_right(starts, first) - 1
+        if at >= 0 and first <= tasks[at][1]:
+            matched.append((tasks[at], (first, last)))
     parts: dict[str, list[float]] = {part: [] for part in PARTS}
     for (task, line), (next_task, next_line) in zip(matched, matched[1:]):
         parts[PARTS[0]].append(task[1] - line[1])
@@ -145,9 +133,10 @@ def main() -> None:
     with LocalCluster(n_workers=SLOTS, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=":0", resources={"CPU": 1}) as cluster, \
             Client(cluster) as client:
+        client.register_plugin(TaskSpans())
         for round_ in range(1, args.repeats + 1):
             for name, run in contenders.items():
-                parts, makespan = measure(run, client, cluster.scheduler_address, args.trials, args.sleep)
+                parts, makespan = measure(run, client, args.trials, args.sleep)
                 figures[name].append(parts)
                 makespans[name].append(makespan)
                 print(f"  [{round_}/{args.repeats}] {name}: {makespan:.2f} s, slot's gap "

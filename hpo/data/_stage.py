@@ -191,7 +191,8 @@ def _copy_beside(folder: Path, name: str, source: Path, state: SourceState,
                  progress: Progress) -> Lease:
     """The new copy, made under a temporary name and renamed into a folder
     of its own, leased before anyone can see it; then linked and marked."""
-    temporary = folder / f".{name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    host = socket.gethostname()
+    temporary = folder / f".{name}.tmp-{host}-{os.getpid()}"
     copy = next_copy(folder, name)
     leased = None
     try:
@@ -205,8 +206,8 @@ def _copy_beside(folder: Path, name: str, source: Path, state: SourceState,
         # the lock, finds it in the log too.
         _log(folder, {"name": name, "copy": copy, "source": str(source), "bytes": state.bytes,
                       "files": state.files, "seconds": round(time.monotonic() - progress.started, 3),
-                      "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()})
-        write_marker(folder / f".{name}.staged", state, copy, host=socket.gethostname(), pid=os.getpid())
+                      "host": host, "pid": os.getpid(), "at": time.time()})
+        write_marker(folder / f".{name}.staged", state, copy, host=host, pid=os.getpid())
         return leased
     except OSError as exc:
         if leased is not None:
