@@ -18,6 +18,12 @@ Figures, medians over ``--trials`` tasks, each in a fresh worker process:
   same from the task's start, and the trial process's peak memory; forked
   from the worker's warm process (the first trial starts that), and each in
   a fresh Python (``HPO_WARM_START=0``, as before warm processes);
+- resumed: the second segment of a time-shared trial (``segment_steps`` 1,
+  suspended after its first two reports because a trial waits), in a
+  process of its own forked from a warm worker's warm process, with the
+  context the master hands it (its first segment's reports and record):
+  from its task's start to its objective's first line, the checkpoint
+  restore left out (the objective has none);
 - beside it, what a worker does with Optuna's own storage
   (``optuna.load_study`` on the journal, as Optuna's distributed examples
   do, and as hpo's workers did before their relay answered them): the time
@@ -25,7 +31,8 @@ Figures, medians over ``--trials`` tasks, each in a fresh worker process:
 
 Run: ``python bench/trial_start.py [--sizes 0,10000,100000] [--trials 3]``.
 The last lines: ``start_growth_ms=<start at the largest size minus at 0>``,
-``isolated_start_ms=`` (warm, at the first size), ``master_replay_s=`` (the
+``isolated_start_ms=`` (warm, at the first size), ``resumed_start_ms=``
+(a resumed segment, at the first size), ``master_replay_s=`` (the
 open without a snapshot) and ``master_open_s=`` (with the snapshot the
 study's end wrote), both at the largest size.
 """
@@ -33,6 +40,8 @@ study's end wrote), both at the largest size.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import resource
 import statistics
@@ -51,8 +60,9 @@ import optuna  # noqa: E402
 from _spawned import in_process  # noqa: E402
 
 from hpo.dashboards.synthetic import write_study  # noqa: E402
-from hpo.store import StudyRelay, StudyStore  # noqa: E402
-from hpo.trial import TrialTask  # noqa: E402
+from hpo.store import StudyRelay, StudyStore, context_of  # noqa: E402
+from hpo.store.records import TrialStatus, run_of, status_of  # noqa: E402
+from hpo.trial import QuantumRule, TrialTask  # noqa: E402
 
 STUDY = "synthetic"
 
@@ -61,6 +71,20 @@ def first_line(config: dict, trial) -> float:
     """The probe objective: when its first line ran, and the peak memory of its process."""
     Path(config["probe"]).write_text(f"{time.time()} {_peak_mb()}")
     return 1.0
+
+
+def segments_line(config: dict, trial) -> float:
+    """The probe of a time-shared trial: its first segment reports twice (a
+    first quantum needs a slope) and yields its slot; the next one notes its
+    first line, as ``first_line``."""
+    Path(config["probe"]).write_text(f"{time.time()} {_peak_mb()}")
+    if trial.reports:
+        return 1.0
+    trial.report(0, val_accuracy=0.5)
+    trial.report(1, val_accuracy=0.6)
+    if not trial.should_stop():
+        raise RuntimeError("the first segment was not told to yield its slot")
+    return 0.5
 
 
 def _peak_mb() -> float:
@@ -115,12 +139,13 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
             raise RuntimeError("the master replayed the whole journal beside its snapshot")
         store = StudyStore(relay.storage, STUDY)
 
-        def task(isolate: bool) -> TrialTask:
+        def task(isolate: bool, segmented: bool = False) -> TrialTask:
             trial_id, number = store.create_trial({}, {})
             probe = tmp / f"probe-{size}-{number}"
             return TrialTask(storage=relay.writers_url, study_name=STUDY, trial_id=trial_id,
                              number=number, config={"probe": str(probe)},
-                             objective="trial_start:first_line", metric="val_accuracy",
+                             objective=f"trial_start:{'segments' if segmented else 'first'}_line",
+                             metric="val_accuracy", quantum=QuantumRule(steps=1) if segmented else None,
                              checkpoint_dir=str(run_dir / "trials" / str(number)),
                              control=str(run_dir / "control.json"), isolate=isolate)
 
@@ -136,6 +161,8 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
         # first starts it), and each in a fresh Python (HPO_WARM_START=0).
         warm = in_process(_worker, [task(True) for _ in range(trials + 1)], journal, True)
         fresh = in_process(_worker, [task(True) for _ in range(trials)], journal, False)
+        resumed = _resumed_segments(store, journal, [task(True, segmented=True) for _ in range(trials)],
+                                    task(True))
     med = statistics.median
     return {"master_open_s": opened, "master_replay_s": replayed, "snapshot": snapshot,
             "start_ms": 1000 * med(starts), "worker_mb": med(rss),
@@ -144,7 +171,32 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
             "isolated_peak_mb": med(f[3] for f in warm[1:]),
             "isolated_fresh_ms": 1000 * med(f[0] for f in fresh),
             "isolated_fresh_peak_mb": med(f[3] for f in fresh),
+            "resumed_start_ms": 1000 * med(resumed),
             "optuna_load_ms": 1000 * med(loads), "optuna_worker_mb": med(load_rss)}
+
+
+def _resumed_segments(store: StudyStore, journal: str, firsts: list[TrialTask],
+                      warm_up: TrialTask) -> list[float]:
+    """Each trial's first segment, suspended (a trial waits: the master's
+    contender), then its second in a warm worker whose warm process the
+    isolated ``warm_up`` started: the second segments' starts (s)."""
+    store.set_contender(math.inf)
+    in_process(_worker, firsts, journal, True)
+    store.set_contender(None)
+    seconds = []
+    for first in firsts:
+        stored = store.trial(first.trial_id)
+        if status_of(stored) is not TrialStatus.SUSPENDED:
+            raise RuntimeError(f"trial {first.number}'s first segment did not suspend: "
+                               f"{status_of(stored)}, {run_of(stored)}")
+        seconds.append(dataclasses.replace(first, after_segment=run_of(stored).get("segment", -1),
+                                           context=context_of(stored)))
+    figures = in_process(_worker, [warm_up, *seconds], journal, True)[1:]
+    for second in seconds:
+        stored = store.trial(second.trial_id)
+        if status_of(stored) is not TrialStatus.COMPLETE or stored.values != [1.0]:
+            raise RuntimeError(f"trial {second.number} did not resume: {status_of(stored)}")
+    return [f[0] for f in figures]
 
 
 def main() -> None:
@@ -176,11 +228,16 @@ def main() -> None:
         print(f"{size:15,d} {row['isolated_start_ms']:6.1f}ms {row['isolated_first_ms']:15.0f}ms "
               f"{row['isolated_fresh_ms']:10.0f}ms {row['isolated_peak_mb']:7.0f}MB "
               f"{row['isolated_fresh_peak_mb']:8.0f}MB")
+    print("\na time-shared trial's second segment, resumed in a process of its own (warm), "
+          "start to its first line:")
+    for size, row in rows.items():
+        print(f"{size:15,d} {row['resumed_start_ms']:6.1f}ms")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     first, last = rows[sizes[0]], rows[sizes[-1]]
     print(f"worker_growth_mb={last['worker_mb'] - first['worker_mb']:.1f}")
     print(f"start_growth_ms={last['start_ms'] - first['start_ms']:.1f}")
     print(f"isolated_start_ms={first['isolated_start_ms']:.1f}")
+    print(f"resumed_start_ms={first['resumed_start_ms']:.1f}")
     print(f"master_replay_s={last['master_replay_s']:.2f}  # no snapshot: the whole journal replayed")
     kind = "from its snapshot and the journal's tail" if last["snapshot"] else "no snapshot (too few records)"
     print(f"master_open_s={last['master_open_s']:.2f}  # with {sizes[-1]:,} trials in the study, {kind}")
