@@ -29,6 +29,7 @@ import pytest
 
 import hpo
 from hpo.errors import SpaceError
+from hpo.store import RunDir
 from hpo.trial import TrialStatus
 from hpo.store.records import RUN_ATTR
 from test_cli import ENV, HPO, ROOT, ok, run
@@ -294,6 +295,12 @@ def test_damaged_study_json_is_a_usage_error(run_copy, content, problem):
         message = _usage_error(run(command, run_copy))
         assert f"error: {study_file}: {problem}" in message and "fix:" in message, message
     assert sorted(run_copy.rglob("*")) == before and study_file.read_text() == content
+
+
+def test_a_run_directory_named_by_a_string_opens_as_by_a_path(run_copy):
+    by_string, by_path = RunDir(str(run_copy)), RunDir(run_copy)
+    assert by_string == by_path and by_string.study_file == run_copy / "study.json"
+    assert len(by_string.open_store(read_only=True).trials()) == len(stored_trials(run_copy))
 
 
 def test_status_after_the_journal_was_deleted_creates_nothing(run_copy):

@@ -71,9 +71,14 @@ def _metric_list(spec: dict[str, Any]) -> list[Any]:
 
 @dataclass(frozen=True)
 class RunDir:
-    """A study's run directory and the facts written in its ``study.json``."""
+    """A study's run directory and the facts written in its ``study.json``
+    (``path``: a :class:`~pathlib.Path` or a string naming it)."""
 
     path: Path
+
+    def __post_init__(self) -> None:
+        # A tool's script may pass the string it was given on its command line.
+        object.__setattr__(self, "path", Path(self.path))
 
     @property
     def study_file(self) -> Path:
