@@ -26,14 +26,14 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import ENV, HPO, ROOT, ok, run
+from test_e2e import stored_trials
 
 import hpo
 from hpo.errors import SpaceError
 from hpo.store import RunDir
-from hpo.trial import TrialStatus
 from hpo.store.records import RUN_ATTR
-from test_cli import ENV, HPO, ROOT, ok, run
-from test_e2e import stored_trials
+from hpo.trial import TrialStatus
 
 RESOURCES = Path(__file__).resolve().parent / "bad_spaces" / "resources"
 NO_GPUS = {"CUDA_VISIBLE_DEVICES": ""}  # a machine without GPUs, whatever runs the tests
