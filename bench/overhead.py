@@ -59,12 +59,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from _paths import share_paths
+
 # Dask workers import the digits objective (bench/_digits_mlp.py) by name.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+share_paths()
 
 import optuna  # noqa: E402
 from distributed import Client, LocalCluster, as_completed  # noqa: E402

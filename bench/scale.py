@@ -63,12 +63,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from _paths import share_paths
+
 # The Dask workers import the trial (bench/_ticking.py) by name.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+share_paths()
 
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402

@@ -29,12 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+from _paths import share_paths
+
 # The embedded cluster's workers import the timed objective from here.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), str(HERE.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+share_paths()
 
 import hpo  # noqa: E402
 from hpo.engines import SimulatedEngine  # noqa: E402

@@ -27,16 +27,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+from _paths import share_paths
+
+share_paths()
 
 import hpo  # noqa: E402
 from hpo.engines import DaskEngine  # noqa: E402

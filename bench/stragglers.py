@@ -28,19 +28,16 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from _paths import share_paths
+
 # Dask workers import this module by name to run the trials.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+share_paths()
 
 import numpy as np  # noqa: E402
 from distributed import Client, LocalCluster, wait  # noqa: E402

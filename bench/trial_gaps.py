@@ -35,18 +35,15 @@ import argparse
 import bisect
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
+from _paths import share_paths
+
 # The cluster's worker processes import the objective from here too.
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+share_paths()
 
 from _timed_sleep import TaskSpans, sleep_noted, taken_spans  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
