@@ -50,11 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(BENCH.parent),
-                                                         os.environ.get("PYTHONPATH")]))
+from _paths import share_paths
+
+share_paths()
 
 import optuna  # noqa: E402
 from _spawned import in_process  # noqa: E402
@@ -161,8 +159,7 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
         # first starts it), and each in a fresh Python (HPO_WARM_START=0).
         warm = in_process(_worker, [task(True) for _ in range(trials + 1)], journal, True)
         fresh = in_process(_worker, [task(True) for _ in range(trials)], journal, False)
-        resumed = _resumed_segments(store, journal, [task(True, segmented=True) for _ in range(trials)],
-                                    task(True))
+        resumed = _resumed_segments(store, journal, [task(True, segmented=True) for _ in range(trials + 1)])
     med = statistics.median
     return {"master_open_s": opened, "master_replay_s": replayed, "snapshot": snapshot,
             "start_ms": 1000 * med(starts), "worker_mb": med(rss),
@@ -175,14 +172,13 @@ def measure(size: int, trials: int, tmp: Path) -> dict[str, float]:
             "optuna_load_ms": 1000 * med(loads), "optuna_worker_mb": med(load_rss)}
 
 
-def _resumed_segments(store: StudyStore, journal: str, firsts: list[TrialTask],
-                      warm_up: TrialTask) -> list[float]:
+def _resumed_segments(store: StudyStore, journal: str, firsts: list[TrialTask]) -> list[float]:
     """Each trial's first segment, suspended (a trial waits: the master's
-    contender), then its second in a warm worker whose warm process the
-    isolated ``warm_up`` started: the second segments' starts (s)."""
+    contender), then the second segments of all but the first trial in a
+    warm worker whose warm process (one per objective) the first trial's
+    second segment started: those segments' starts (s)."""
     store.set_contender(math.inf)
     in_process(_worker, firsts, journal, True)
-    store.set_contender(None)
     seconds = []
     for first in firsts:
         stored = store.trial(first.trial_id)
@@ -191,7 +187,8 @@ def _resumed_segments(store: StudyStore, journal: str, firsts: list[TrialTask],
                                f"{status_of(stored)}, {run_of(stored)}")
         seconds.append(dataclasses.replace(first, after_segment=run_of(stored).get("segment", -1),
                                            context=context_of(stored)))
-    figures = in_process(_worker, [warm_up, *seconds], journal, True)[1:]
+    figures = in_process(_worker, seconds, journal, True)[1:]
+    store.set_contender(None)
     for second in seconds:
         stored = store.trial(second.trial_id)
         if status_of(stored) is not TrialStatus.COMPLETE or stored.values != [1.0]:
