@@ -56,7 +56,8 @@ def trial_details(run_dir: Path, number: int) -> str:
                  + [_profile_line(g, p) for g, p in sorted(profiles_of(trial).items())]),
         _section("segments", [_segment_line(s) for s in segments]),
         _section("error", _error_lines(record, trial)),
-        _section("checkpoint directory", [str(checkpoint)]),
+        _section("checkpoint directory", [str(checkpoint) + ("" if checkpoint.is_dir() else
+                                                             " (not made: the trial kept nothing)")]),
         _section(f"log ({log_path(checkpoint)})", _log_tail(log_path(checkpoint))),
     ]
     return "\n\n".join(s for s in sections if s)

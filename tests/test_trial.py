@@ -3,12 +3,14 @@ failure; the attempt writes through the study's relay and never reads the store.
 
 from __future__ import annotations
 
+import calendar
 import errno
 import fcntl
 import os
 import socket
 import tempfile
 import threading
+import time
 
 import optuna
 import pytest
@@ -64,7 +66,37 @@ def test_complete_trial_is_recorded_durably(relay, tmp_path):
     assert run["attempt"] == 1 and run["ended_at"] >= run["started_at"] and run["token"]
     assert run["core_seconds"] == pytest.approx(3 * run["duration_s"]) and run["gpu_seconds"] == 0
     assert run["metrics"] == {"value": 0.0} and run["error"] is None
-    assert os.path.isdir(task.checkpoint_dir)
+    assert not os.path.exists(task.checkpoint_dir)  # it printed and kept nothing: no folder made
+
+
+def test_a_trial_folder_and_log_are_made_once_the_objective_prints_or_asks_for_its_folder(relay, tmp_path):
+    (tmp_path / "talky.py").write_text(
+        "import time\n"
+        "def talk(config, trial):\n"
+        "    time.sleep(0.05)\n"
+        "    print('epoch 0: loss 1.5')\n"
+        "    return 1.0\n"
+        "def keep(config, trial):\n"
+        "    (trial.checkpoint_dir / 'model.txt').write_text('weights')\n"
+        "    return 1.0\n")
+    code = str(tmp_path)
+    talked = make_task(relay, tmp_path, "talky:talk", pythonpath=(code,))
+    before = time.time()
+    assert run_trial(talked).state is TrialStatus.COMPLETE
+    header, line = (tmp_path / "trials" / str(talked.number) / "output.log").read_text().splitlines()
+    assert header.startswith(f"--- trial {talked.number}, pid {os.getpid()}, ") and line == "epoch 0: loss 1.5"
+    stamp = header.rsplit(", ", 1)[1].removesuffix(" ---")  # the attempt's start, not the print's
+    assert abs(calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S UTC")) - before) < 2
+
+    kept = make_task(relay, tmp_path, "talky:keep", pythonpath=(code,))
+    assert run_trial(kept).state is TrialStatus.COMPLETE
+    folder = tmp_path / "trials" / str(kept.number)
+    assert (folder / "model.txt").read_text() == "weights" and not (folder / "output.log").exists()
+
+    failed = make_task(relay, tmp_path, "hpo.examples.toy:fail", {"fail": True})
+    assert run_trial(failed).state is TrialStatus.FAILED
+    log = (tmp_path / "trials" / str(failed.number) / "output.log").read_text()
+    assert log.startswith(f"--- trial {failed.number}, ") and "RuntimeError: boom" in log
 
 
 def test_on_the_masters_host_a_task_is_over_before_its_end_is_durable_and_settle_makes_it_so(relay, tmp_path):

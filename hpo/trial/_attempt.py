@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from hpo.data import StagedData, StagingError
 from hpo.store import Halted, TrialContext, TrialLink
@@ -26,7 +26,7 @@ from hpo.trial._cpus import CpuBinding, limit_threads, pin_cpus
 from hpo.trial._ending import guarding_the_master
 from hpo.trial._handle import Trial, _StoreSide
 from hpo.trial._local_stop import tracked_children
-from hpo.trial._log import LOG_NAME, log_header, trial_log
+from hpo.trial._log import LOG_NAME, TrialLog, log_header, trial_log
 from hpo.trial._malloc import reuse_large_buffers
 from hpo.trial._objective import resolve_objective
 from hpo.trial._quantum import QuantumClock
@@ -84,7 +84,6 @@ def trial_for(task: TrialTask, token: str, context: TrialContext) -> Trial:
     clock = _clock(task, context["reports"], context["segments"]) if task.quantum else None
     side = _StoreSide(link, task.metric, task.early_stopping, task.direction, clock,
                       resizable=task.resizable)
-    Path(task.checkpoint_dir).mkdir(parents=True, exist_ok=True)
     return Trial(task.number, dict(task.config), task.checkpoint_dir,
                  cpus=task.cpus, gpus=assigned_gpus(task), reports=context["reports"],
                  hosts=list(task.hosts) or _compss_hosts(), gpu_share=task.gpu_share,
@@ -120,7 +119,11 @@ def run_here(task: TrialTask, token: str, context: Callable[[], TrialContext]) -
             trial = trial_for(task, token, context())
             earlier = list(trial.reports)
             log_header(log, f"trial {task.number}, pid {os.getpid()}" + (
-                f", from step {earlier[-1][0] + 1}" if earlier else ""))
+                f", from step {earlier[-1][0] + 1}" if earlier else ""),
+                # A resumed, time-shared or isolated attempt's header is its
+                # story in the log (where it went on, in which process) even
+                # when it prints nothing; a plain first attempt's is not.
+                at_once=bool(earlier) or task.isolate or task.quantum is not None)
             _call(task, trial, cores, log, result)
     except runtime_interruptions() as exc:
         raise TaskInterrupted(type(exc).__name__) from exc  # not the objective's doing
@@ -142,7 +145,7 @@ def run_here(task: TrialTask, token: str, context: Callable[[], TrialContext]) -
     return result
 
 
-def _call(task: TrialTask, trial: Trial, cores: tuple[int, ...] | None, log: TextIO,
+def _call(task: TrialTask, trial: Trial, cores: tuple[int, ...] | None, log: TrialLog,
           result: AttemptResult) -> None:
     """Call the objective on ``cores``, its failure recorded in ``result`` and
     the log, never raised."""
@@ -167,7 +170,7 @@ def _call(task: TrialTask, trial: Trial, cores: tuple[int, ...] | None, log: Tex
         log.write(result.error["traceback"])
 
 
-def _told_if_it_ends_the_master(task: TrialTask, log: TextIO) -> AbstractContextManager[None]:
+def _told_if_it_ends_the_master(task: TrialTask, log: TrialLog) -> AbstractContextManager[None]:
     """Inside the master's own process (the inline engine), an objective that
     ends it leaves word in its log; a kill from outside leaves none."""
     return guarding_the_master(log) if task.in_master and not task.isolate else nullcontext()

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
-from hpo.trial._log import log_path
+from hpo.trial._log import TrialLog, log_path
 
 __all__ = ["ENDED_LINE", "log_start", "guarding_the_master", "ended_the_interpreter"]
 
@@ -35,7 +35,7 @@ _FATAL_LINE = "Fatal Python error: "  # faulthandler's first line
 _TAIL_BYTES = 64 << 10  # the process ended right after: its last words are at the end
 
 _real_exit = os._exit
-_logs: dict[int, TextIO] = {}  # thread id -> the log of the objective it runs inside the master
+_logs: dict[int, TrialLog] = {}  # thread id -> the log of the objective it runs inside the master
 
 
 def log_start(checkpoint_dir: str) -> list[Any]:
@@ -49,7 +49,7 @@ def log_start(checkpoint_dir: str) -> list[Any]:
 
 
 @contextmanager
-def guarding_the_master(log: TextIO) -> Iterator[None]:
+def guarding_the_master(log: TrialLog) -> Iterator[None]:
     """While the block runs an objective in the master's own process, an end
     of the process by the objective's hand is written to its ``log``."""
     if os._exit is not _exit:

@@ -62,6 +62,7 @@ class _StoreSide:
         if self.folder is None:
             return
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)  # made only once something is kept
             write_atomically(self.folder / UNSTORED_REPORTS, json.dumps(self.unstored))
         except OSError:  # the disk that refused the report may refuse this too
             pass
@@ -194,7 +195,8 @@ class Trial:
         The configuration to evaluate (searched parameters and fixed values).
     checkpoint_dir:
         Per-trial directory on shared storage; a retried or resumed trial finds
-        its last checkpoint there.
+        its last checkpoint there. It is made when the objective first asks
+        for ``trial.checkpoint_dir`` (a trial that keeps nothing leaves none).
     cpus, gpus:
         What the engine assigned: a CPU count and the GPU ids.
     hosts:
@@ -247,13 +249,14 @@ class Trial:
     ) -> None:
         self.number = number
         self.config = config
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self._checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self._checkpoint_dir_made = False
         self.cpus = cpus
         self.gpus = list(gpus or [])
         self.reports: list[tuple[int, dict[str, float]]] = list(reports or [])
         self._earlier_last = self.reports[-1][0] if self.reports else None
-        if _link is not None and self.checkpoint_dir is not None:
-            _link.folder = self.checkpoint_dir
+        if _link is not None and self._checkpoint_dir is not None:
+            _link.folder = self._checkpoint_dir
             sent = _link.send_unstored({step for step, _ in self.reports})
             self.reports = sorted(self.reports + sent, key=lambda report: report[0])
         self.stop_reason: str | None = None
@@ -394,6 +397,16 @@ class Trial:
     def next_step(self) -> int:
         """The step after the last one reported: where a resumed trial goes on."""
         return self.reports[-1][0] + 1 if self.reports else 0
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        """The trial's folder, made at the first ask: a folder made per trial
+        is most of a short trial's own cost, and a round trip to the metadata
+        server of a shared file system."""
+        if self._checkpoint_dir is not None and not self._checkpoint_dir_made:
+            self._checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            self._checkpoint_dir_made = True
+        return self._checkpoint_dir
 
     def save_checkpoint(self, state: Any, name: str = "state.pkl") -> None:
         """Pickle ``state`` into ``checkpoint_dir``, atomically (a crash leaves the old one)."""
