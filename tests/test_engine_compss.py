@@ -149,6 +149,18 @@ def test_a_study_without_parallel_fills_every_core(compss, monkeypatch, tmp_path
     assert all(t.ended_at > latest_start for t in result.trials)  # all four ran together
 
 
+def test_parallel_below_what_the_nodes_hold_is_what_runs_at_once(compss, tmp_path):
+    """COMPSs starts a task as soon as a node has room: trials queued ahead of
+    the slots would run beside the others, more than ``parallel`` at once."""
+    compss.start(nodes=2, cpus_per_node=2)  # room for 4 one-CPU trials
+    space = toy_space("one", "hpo.examples.toy:sleep", fixed={"sleep_s": 0.2},
+                      search={"parallel": 1}, space={"x": [0, 1, 2, 3]})
+    result = hpo.run(space, runs_dir=tmp_path, progress=False)
+    assert result.counts["COMPLETE"] == 4
+    spans = sorted((t.started_at, t.ended_at) for t in result.trials)
+    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))  # one after another
+
+
 # -- failures never end the study -----------------------------------------------------
 
 
@@ -242,6 +254,7 @@ def test_under_the_runtime_trials_run_asynchronously(compss, tmp_path):
 
 
 def test_target_stop_cancels_the_queued_groups(compss, monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "1")  # the master knows its node as the runtime's: one slot
     compss.start(nodes=1, cpus_per_node=1)
     run_dir = RunDir(tmp_path / "target")
     real = hpo.trial._run.run_here

@@ -80,8 +80,9 @@ class CompssTask(Future):
 class CompssEngine(Engine):
     """Trials as PyCOMPSs tasks with @constraint (CPUs, GPUs, memory) and time_out.
 
-    ``slots`` (how many trials run at once) defaults to the trials that fit
-    at once on the worker nodes the runtime reports, each taken to be like
+    ``slots`` (how many trials can run at once) are the trials that fit
+    at once on the worker nodes the runtime reports, or the ``slots`` given
+    where it is more (a study's ``parallel``), each node taken to be like
     this one: its cores (``SLURM_CPUS_ON_NODE``, else this node's) divided by
     ``cpus``, its visible GPUs by ``gpus``, its memory
     (``SLURM_MEM_PER_NODE``, else this node's) by ``memory_gb`` in whole GB,
@@ -190,13 +191,15 @@ class CompssEngine(Engine):
         smallest = self._shape(self._cpus, self._gpus, self._memory_gb, self._time_limit_s)
         for priority in (False, True):  # other shapes are declared as their first trial comes
             self._tasks.trial_task(smallest, priority)
-        if self._slots is None:
-            # The runtime counts nodes, not slots; the nodes are taken to be like this one.
-            nodes = max(1, int(self._api.compss_get_number_of_resources()))
-            gpus_here = len(visible_gpus()) if self._gpus else 0
-            here = self.places(self._cpus, self._gpus, self._memory_gb, node_cores(), gpus_here,
-                               node_memory_gb())
-            self._slots = max(1, self.fit([here] * nodes, self._nodes))
+        # The runtime counts nodes, not slots; the nodes are taken to be like this one.
+        nodes = max(1, int(self._api.compss_get_number_of_resources()))
+        gpus_here = len(visible_gpus()) if self._gpus else 0
+        here = self.places(self._cpus, self._gpus, self._memory_gb, node_cores(), gpus_here,
+                           node_memory_gb())
+        # Never fewer slots than fit: COMPSs starts a task as soon as a node has
+        # room, so trials queued ahead of fewer slots would run beside them. A
+        # larger figure is trusted (the worker nodes may be larger than this one).
+        self._slots = max(self._slots or 1, self.fit([here] * nodes, self._nodes))
 
     def shutdown(self) -> None:
         self._closing.set()
