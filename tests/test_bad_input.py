@@ -94,6 +94,18 @@ def test_running_workers_refuse_what_none_of_them_has(dask_address, tmp_path, fi
     assert not (runs / Path(file).stem).exists()
 
 
+def test_the_inline_engine_refuses_a_gpu_shape_of_parameters_this_machine_lacks(tmp_path):
+    space = tmp_path / "space.json"
+    space.write_text(json.dumps({
+        "name": "shaped", "objective": "hpo.examples.toy:quadratic", "metric": {"name": "value"},
+        "resources": {"gpus": "g"}, "space": {"g": [0.5, 2], "x": [0, 1]}}))
+    runs = tmp_path / "runs"
+    proc = run("run", space, "--engine", "inline", "--runs-dir", runs,
+               env_extra={"CUDA_VISIBLE_DEVICES": "0"})  # one GPU: the largest trial asks for 2
+    _refused(proc, str(space), "$.resources.gpus", '"gpus"', ["2 GPU(s)", "shows 1"])
+    assert not runs.exists() or not any(runs.iterdir()), "refused before anything was created"
+
+
 # ------------------------------------------------------------ misbehaving objectives
 
 MODES = ["raise", "hang", "nan", "inf", "text", "ok-1", "ok-2", "ok-3"]
