@@ -38,7 +38,9 @@ def probe(config, trial):
     x = config["x"]
     seen = {"pid": os.getpid(), "ppid": os.getppid(), "cwd": os.getcwd(),
             "leak": os.environ.get("WARM_TEST_LEAK"), "draw": random.random(),
-            "threads": os.environ.get("OMP_NUM_THREADS"), "pgid": os.getpgid(0)}
+            "threads": os.environ.get("OMP_NUM_THREADS"), "pgid": os.getpgid(0),
+            "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpu_share": os.environ.get("HPO_GPU_MEMORY_FRACTION")}
     (OUT / f"trial-{x}.json").write_text(json.dumps(seen))
     # What the trial may leave in its process: none of it may reach the next one.
     os.environ["WARM_TEST_LEAK"] = str(x)
@@ -168,6 +170,26 @@ def test_a_time_limit_ends_the_forked_trial_and_what_it_started(project, tmp_pat
     assert _ends(sleeper), f"the timed-out trial's sleep {sleeper} outlived it"
     trials, importers = _seen(project)
     assert trials[3]["ppid"] in importers
+
+
+@pytest.mark.parametrize("engine_name", ["inline", "dask"])  # the engines that share a GPU
+def test_trials_sharing_a_gpu_fork_with_their_gpu_and_memory_share(project, tmp_path, monkeypatch,
+                                                                   engine_name):
+    # A GPU's id, as the trials see it: nothing here touches a device.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    space = toy_space("warm", "warm_probe:probe", search={"parallel": 2},
+                      resources={"gpus": "0.25 * (1 + x % 2)"}, space={"x": [0, 1, 2, 3]})
+    (project / "space.json").write_text(json.dumps(space))
+    result = hpo.run(str(project / "space.json"), engine=engine_name, runs_dir=tmp_path / "runs",
+                     progress=False)  # dask: hpo's own cluster, one worker holding the GPU
+    assert result.counts["COMPLETE"] == 4
+    trials, importers = _seen(project)
+    assert {seen["ppid"] for seen in trials.values()} <= set(importers)  # forked, each its own
+    assert len({seen["pid"] for seen in trials.values()}) == 4
+    # Set in each fork before any of the trial's code ran (CUDA reads both as
+    # it initialises): a quarter or a half of GPU 0's memory, as its trial asked.
+    assert {x: (seen["gpus"], seen["gpu_share"]) for x, seen in trials.items()} == {
+        0: ("0", "0.25"), 1: ("0", "0.5"), 2: ("0", "0.25"), 3: ("0", "0.5")}
 
 
 def _ends(pid: int, within_s: float = 60.0) -> bool:
