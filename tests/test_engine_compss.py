@@ -138,6 +138,17 @@ def test_default_slots_count_memory_and_nodes_per_trial(compss, monkeypatch, res
     assert engine.slots == slots
 
 
+@pytest.mark.parametrize("parallel, slots", [(2, 8), (20, 20)])
+def test_slots_are_what_fits_or_a_larger_parallel(compss, monkeypatch, parallel, slots):
+    """Fewer slots than fit would let queued tasks start beside the running
+    ones; a larger figure is trusted (the worker nodes may be larger)."""
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "4")
+    compss.start(nodes=2, cpus_per_node=4)  # 8 one-CPU trials fit
+    engine = CompssEngine(cpus=1, slots=parallel)
+    engine.start()
+    assert engine.slots == slots
+
+
 def test_a_study_without_parallel_fills_every_core(compss, monkeypatch, tmp_path):
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
     compss.start(nodes=2, cpus_per_node=2)  # 2 nodes of 2 cores: 4 one-CPU trials at once
