@@ -4,6 +4,7 @@ CPU share and its visible GPUs."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 
@@ -52,9 +53,10 @@ def trials_per_node(cpus: int, gpus: int, cores: int, node_gpus: int) -> int:
     return max(fit, 1)
 
 
-def refuse_beyond_this_machine(cpus: int, gpus: int, remote_fix: str) -> None:
+def refuse_beyond_this_machine(cpus: int, gpus: float, remote_fix: str) -> None:
     """Refuse a trial this machine can never serve, before the caller creates a
-    run directory or a study; ``remote_fix`` says how to use bigger nodes."""
+    run directory or a study (``gpus``: a share of one needs one);
+    ``remote_fix`` says how to use bigger nodes."""
     from dask.system import CPU_COUNT  # this process's share (affinity, cgroup)
 
     if cpus > CPU_COUNT:
@@ -62,9 +64,10 @@ def refuse_beyond_this_machine(cpus: int, gpus: int, remote_fix: str) -> None:
             f"$.resources.cpus: the study asks for {cpus} CPUs per trial, and this "
             f"machine gives {CPU_COUNT}.\n  fix: lower \"resources\": {{\"cpus\": ...}} to at "
             f"most {CPU_COUNT}, or {remote_fix.format(resources=f'CPU={cpus}')}")
-    shown = visible_gpus() if gpus else []
-    if len(shown) < gpus:
+    whole = math.ceil(gpus)
+    shown = visible_gpus() if whole else []
+    if len(shown) < whole:
         raise EngineError(
-            f"$.resources.gpus: the study asks for {gpus} GPU(s) per trial, and this "
+            f"$.resources.gpus: the study asks for {whole} GPU(s) per trial, and this "
             f"machine shows {len(shown)} (CUDA_VISIBLE_DEVICES, nvidia-smi).\n  fix: lower "
-            f"\"resources\": {{\"gpus\": ...}}, or {remote_fix.format(resources=f'GPU={gpus}')}")
+            f"\"resources\": {{\"gpus\": ...}}, or {remote_fix.format(resources=f'GPU={whole}')}")

@@ -97,7 +97,7 @@ class DaskEngine(Engine):
                     f"$.resources.nodes: a trial asks for {nodes} nodes, and the embedded Dask "
                     "cluster is this machine alone.\n  fix: start a worker per node and pass "
                     "--scheduler, or use hpo submit")
-            refuse_beyond_this_machine(big_cpus, math.ceil(big_gpus), _REMOTE_FIX)
+            refuse_beyond_this_machine(big_cpus, big_gpus, _REMOTE_FIX)
             refuse_unguarded_main()  # its worker processes import the main script again
 
     def start(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import threading
 from concurrent.futures import Future
 from dataclasses import replace
@@ -43,7 +42,7 @@ class InlineEngine(Engine):
     def from_spec(cls, spec, *, scheduler=None, workers=None) -> InlineEngine:
         super().from_spec(spec, scheduler=scheduler, workers=workers)  # refuses both flags
         largest = spec.shape_bounds[1]  # each amount may be a parameter or an expression of them
-        refuse_beyond_this_machine(largest.cpus, math.ceil(largest.gpus),
+        refuse_beyond_this_machine(largest.cpus, largest.gpus,
                                    "use --engine dask with workers offering {resources}")
         return cls(spec.retries.engine)
 
